@@ -1,0 +1,1 @@
+"""What mosearch searches: placement problems for RL post-training and benchmark problems."""

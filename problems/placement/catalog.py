@@ -1,0 +1,106 @@
+"""The GPU catalog and the model presets, read from the data files beside this module."""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+DATA = Path(__file__).with_name("data")
+
+LinkKind = Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
+
+
+class IntraNodeLink(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: LinkKind
+    bandwidth_gbs: float = Field(gt=0, description="per-GPU bandwidth to the other GPUs of its node, GB/s")
+
+
+class GPUType(BaseModel):
+    """One GPU type's figures; see data/gpus.yaml for their meaning and sources."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    tflops: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+    bandwidth_tbs: float = Field(gt=0)
+    intra_node: IntraNodeLink
+    price_usd_h: float = Field(ge=0)
+    mfu: float = Field(gt=0, le=1)
+    prefill_eff: float = Field(gt=0, le=1)
+    decode_eff: float = Field(gt=0, le=1)
+    aliases: list[str] = Field(default_factory=list)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class Architecture(BaseModel):
+    """A decoder-only transformer, enough to count parameters, FLOPs and bytes."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "custom"
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    ffn: int = Field(gt=0, description="MLP intermediate size (gated: gate and up each this wide)")
+    vocab: int = Field(gt=0)
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+    head_dim: int | None = Field(default=None, gt=0, description="defaults to hidden / heads")
+    published_params: float | None = Field(default=None, description="the count the model card states")
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def params_per_layer(self) -> int:
+        h, q, kv = self.hidden, self.heads * self.hd, self.kv_heads * self.hd
+        attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
+        mlp = 3 * h * self.ffn  # SwiGLU: gate, up, down
+        norms = 2 * h
+        return attn + mlp + norms
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.params_per_layer + self.embedding_params + self.hidden
+
+    def kv_bytes_per_token(self, bytes_per_elem: int) -> int:
+        # KV cache = 2 (K and V) * layers * kv_heads * head_dim * bytes (systems.md)
+        return 2 * self.layers * self.kv_heads * self.hd * bytes_per_elem
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> dict[str, GPUType]:
+    raw = yaml.safe_load((DATA / "gpus.yaml").read_text())["gpus"]
+    return {name: GPUType(name=name, **fields) for name, fields in raw.items()}
+
+
+@lru_cache(maxsize=1)
+def model_presets() -> dict[str, Architecture]:
+    raw = yaml.safe_load((DATA / "models.yaml").read_text())["models"]
+    return {name: Architecture(name=name, **fields) for name, fields in raw.items()}
+
+
+def gpu_aliases(types: dict[str, GPUType]) -> dict[str, str]:
+    """Every accepted spelling (case-insensitive) -> canonical name."""
+    table = {}
+    for name, gpu in types.items():
+        for alias in [name, *gpu.aliases]:
+            table[alias.lower()] = name
+    return table
+
+
+def nearest(name: str, choices: list[str], n: int = 3) -> list[str]:
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.3)
+    return [by_lower[c] for c in close]

@@ -1,0 +1,135 @@
+"""The plan: the artifact `mosearch plan` writes and `mosearch train` runs.
+
+A plan names its cluster and workload (path and content hash), gives every GPU pool
+(GPU type x region) its roles, the rollout and training layouts, the execution mode and the
+weight-sync route, and carries the objectives the model predicted for it. The trainer imports
+only this module from `problems.placement`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from problems.specio import load_model
+
+SCHEMA_VERSION = 1
+
+ExecutionMode = Literal["colocated", "disaggregated", "async"]
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
+SyncRoute = Literal["direct", "staged"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpecRef(_Strict):
+    """Where a spec file was and what it held when the plan was made."""
+
+    name: str
+    path: str
+    sha256: str
+
+
+class PoolRoles(_Strict):
+    """What the GPUs of one pool (one GPU type in one region) do."""
+
+    pool: str = Field(description="pool id, '<gpu>@<region>'")
+    gpu: str
+    region: str
+    rollout_gpus: int = Field(ge=0, description="GPUs that only generate")
+    train_gpus: int = Field(ge=0, description="GPUs that only train")
+    shared_gpus: int = Field(ge=0, description="GPUs that do both, switching context between phases")
+    rollout_tp: int = Field(ge=1, description="tensor-parallel size of each rollout engine in this pool")
+
+    @property
+    def rollout_engines(self) -> int:
+        return (self.rollout_gpus + self.shared_gpus) // self.rollout_tp
+
+    @property
+    def used_gpus(self) -> int:
+        return self.rollout_gpus + self.train_gpus + self.shared_gpus
+
+
+class RolloutLayout(_Strict):
+    kv_mem_frac: float = Field(gt=0.0, le=0.98, description="share of GPU memory the engine may use (vLLM gpu_memory_utilization)")
+    max_num_seqs: int = Field(ge=1, description="concurrent sequences per engine")
+
+
+class TrainLayout(_Strict):
+    dp: int = Field(ge=1)
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    sharding: Sharding = "none"
+    micro_batch: int = Field(ge=1, description="sequences per micro-batch per data-parallel rank")
+    recompute: bool = False
+    optimizer_offload: bool = False
+
+
+class Execution(_Strict):
+    mode: ExecutionMode
+    staleness_bound: int = Field(ge=0, description="k: the oldest policy version a trained sample may come from, counted back")
+    pipeline_chunks: int = Field(ge=1, description="elastic pipelining: rollout streams the step's batch to training in this many chunks")
+
+    @model_validator(mode="after")
+    def _sync_modes_are_on_policy(self) -> "Execution":
+        if self.mode != "async" and self.staleness_bound != 0:
+            raise ValueError(f"staleness_bound must be 0 in {self.mode} mode (only async trains on stale samples)")
+        return self
+
+
+class WeightSync(_Strict):
+    route: SyncRoute = Field(description="direct: trainer ranks send to engines; staged: one copy per region, then fan out")
+
+
+class Plan(_Strict):
+    schema_version: int = SCHEMA_VERSION
+    plan_id: str
+    cluster: SpecRef
+    workload: SpecRef
+    pools: list[PoolRoles]
+    rollout: RolloutLayout
+    train: TrainLayout
+    execution: Execution
+    weight_sync: WeightSync
+    predicted: dict[str, float] = Field(default_factory=dict, description="objectives and step breakdown the model predicted")
+
+    @model_validator(mode="after")
+    def _layout_matches_pools(self) -> "Plan":
+        train = sum(p.train_gpus + p.shared_gpus for p in self.pools)
+        engines = sum(p.rollout_engines for p in self.pools)
+        t = self.train
+        if train != t.dp * t.tp * t.pp:
+            raise ValueError(f"train.dp*tp*pp = {t.dp * t.tp * t.pp} but the pools give {train} training GPUs")
+        if engines < 1:
+            raise ValueError("no rollout engine: at least one pool needs rollout_gpus + shared_gpus >= rollout_tp")
+        if self.execution.mode == "colocated" and any(p.rollout_gpus or p.train_gpus for p in self.pools):
+            raise ValueError("colocated mode puts every used GPU in shared_gpus")
+        if self.execution.mode != "colocated" and any(p.shared_gpus for p in self.pools):
+            raise ValueError(f"{self.execution.mode} mode gives each GPU one role (shared_gpus must be 0)")
+        return self
+
+    @property
+    def rollout_engines(self) -> int:
+        return sum(p.rollout_engines for p in self.pools)
+
+    @property
+    def used_gpus(self) -> int:
+        return sum(p.used_gpus for p in self.pools)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a plan file (yaml.safe_load only); a bad file raises InputError naming the key."""
+    return load_model(path, Plan, "a plan written by `mosearch pick`")

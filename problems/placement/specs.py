@@ -1,0 +1,345 @@
+"""Cluster and workload specs: validated models and the resolved objects the model works on.
+
+`load_cluster(path)` and `load_workload(path)` read YAML (safe_load only), validate it and raise
+`InputError` with `FILE: KEY: problem (expected)` on the first problem found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from problems.errors import InputError
+from problems.placement.catalog import (
+    Architecture,
+    GPUType,
+    IntraNodeLink,
+    gpu_aliases,
+    gpu_catalog,
+    model_presets,
+    nearest,
+)
+from problems.specio import load_model
+
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- cluster.yaml
+
+
+class RegionSpec(_Spec):
+    inter_node_gbs: float = Field(gt=0, description="per-node network bandwidth between nodes of the region, GB/s")
+    inter_node_latency_ms: float = Field(default=0.01, ge=0)
+
+
+class RegionLinkSpec(_Spec):
+    between: tuple[str, str]
+    bandwidth_gbs: float = Field(gt=0)
+    latency_ms: float = Field(ge=0)
+    egress_usd_per_gb: float = Field(ge=0)
+
+
+class NodeGroupSpec(_Spec):
+    name: str | None = None
+    gpu: str
+    nodes: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+    region: str
+    intra_node: IntraNodeLink | None = None
+
+
+class GPUTypeSpec(_Spec):
+    """An override of a catalog GPU (any subset of fields) or a new GPU type (core fields required)."""
+
+    tflops: float | None = Field(default=None, gt=0)
+    memory_gb: float | None = Field(default=None, gt=0)
+    bandwidth_tbs: float | None = Field(default=None, gt=0)
+    intra_node: IntraNodeLink | None = None
+    price_usd_h: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, gt=0, le=1)
+    prefill_eff: float | None = Field(default=None, gt=0, le=1)
+    decode_eff: float | None = Field(default=None, gt=0, le=1)
+    source: str | None = None
+
+
+class ClusterSpec(_Spec):
+    name: str
+    regions: dict[str, RegionSpec] = Field(min_length=1)
+    links: list[RegionLinkSpec] = Field(default_factory=list)
+    node_groups: list[NodeGroupSpec]
+    gpu_types: dict[str, GPUTypeSpec] = Field(default_factory=dict)
+    profiles: dict[str, str] = Field(default_factory=dict, description="GPU type -> profile file from `mosearch profile`")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """All GPUs of one type in one region: the unit a plan assigns roles to."""
+
+    id: str
+    gpu: GPUType
+    region: str
+    count: int
+    gpus_per_node: int
+    intra_gbs: float
+    inter_gbs: float
+
+    @property
+    def max_tp(self) -> int:
+        return self.gpus_per_node
+
+
+@dataclass
+class Cluster:
+    name: str
+    path: str
+    pools: list[Pool]
+    regions: list[str]
+    # region x region matrices over the widest path: bandwidth GB/s, latency s, egress $/GB
+    region_bw: np.ndarray
+    region_latency: np.ndarray
+    region_egress: np.ndarray
+    profiles: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.count for p in self.pools)
+
+    @property
+    def total_memory_gb(self) -> float:
+        return sum(p.count * p.gpu.memory_gb for p in self.pools)
+
+    def region_index(self, region: str) -> int:
+        return self.regions.index(region)
+
+
+def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
+    types = dict(gpu_catalog())
+    aliases = gpu_aliases(types)
+    for name, over in spec.gpu_types.items():
+        key = f"gpu_types.{name}"
+        canonical = aliases.get(name.lower())
+        given = over.model_dump(exclude_none=True, exclude={"source"})
+        if canonical is not None:  # override some fields of a catalog type
+            base = types[canonical].model_dump()
+            base.update(given)
+            if over.source:
+                base["sources"] = {**base["sources"], **{k: over.source for k in given}}
+            types[canonical] = GPUType(**base)
+            continue
+        missing = [f for f in ("tflops", "memory_gb", "bandwidth_tbs", "price_usd_h") if f not in given]
+        if missing:
+            raise InputError(path, f"{key}.{missing[0]}", "missing for a GPU type not in the catalog",
+                             "tflops, memory_gb, bandwidth_tbs and price_usd_h for a new type")
+        given.setdefault("intra_node", IntraNodeLink(kind="pcie", bandwidth_gbs=64).model_dump())
+        given.setdefault("mfu", 0.35)
+        given.setdefault("prefill_eff", 0.5)
+        given.setdefault("decode_eff", 0.6)
+        src = over.source or f"given in {Path(path).name}"
+        types[name] = GPUType(name=name, sources={k: src for k in given}, **given)
+    return types
+
+
+def _widest_paths(n: int, links: list[tuple[int, int, float, float, float]]):
+    """All-pairs widest (max-bottleneck) paths; latency and egress summed along the chosen path."""
+    bw = np.zeros((n, n))
+    lat = np.full((n, n), np.inf)
+    egr = np.full((n, n), np.inf)
+    np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(egr, 0.0)
+    for a, b, gbs, ms, usd in links:
+        if gbs > bw[a, b]:
+            bw[a, b] = bw[b, a] = gbs
+            lat[a, b] = lat[b, a] = ms / 1e3
+            egr[a, b] = egr[b, a] = usd
+    for k in range(n):  # Floyd-Warshall on (bottleneck, then latency)
+        via_bw = np.minimum(bw[:, k : k + 1], bw[k : k + 1, :])
+        via_lat = lat[:, k : k + 1] + lat[k : k + 1, :]
+        better = (via_bw > bw) | ((via_bw == bw) & (via_lat < lat))
+        bw = np.where(better, via_bw, bw)
+        lat = np.where(better, via_lat, lat)
+        egr = np.where(better, egr[:, k : k + 1] + egr[k : k + 1, :], egr)
+    return bw, lat, egr
+
+
+def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
+    types = _resolve_gpu_types(path, spec)
+    aliases = gpu_aliases(types)
+    regions = list(spec.regions)
+    if not spec.node_groups:
+        raise InputError(path, "node_groups", "empty cluster", "at least one node group with GPUs")
+
+    grouped: dict[tuple[str, str], list[NodeGroupSpec]] = {}
+    for i, g in enumerate(spec.node_groups):
+        key = f"node_groups[{i}]"
+        canonical = aliases.get(g.gpu.lower())
+        if canonical is None:
+            hint = ", ".join(nearest(g.gpu, list(types))) or ", ".join(types)
+            raise InputError(path, f"{key}.gpu", f"unknown GPU type {g.gpu!r}",
+                             f"a catalog type or one defined under gpu_types; nearest: {hint}")
+        if g.region not in spec.regions:
+            raise InputError(path, f"{key}.region", f"unknown region {g.region!r}",
+                             f"one of the regions: {', '.join(regions)}")
+        if g.gpus_per_node & (g.gpus_per_node - 1):
+            raise InputError(path, f"{key}.gpus_per_node", f"got {g.gpus_per_node}",
+                             "a power of two (1, 2, 4, 8, 16), so tensor-parallel groups tile a node")
+        grouped.setdefault((canonical, g.region), []).append(g)
+
+    index = {r: i for i, r in enumerate(regions)}
+    links = []
+    for i, link in enumerate(spec.links):
+        for j, r in enumerate(link.between):
+            if r not in index:
+                raise InputError(path, f"links[{i}].between[{j}]", f"unknown region {r!r}",
+                                 f"one of the regions: {', '.join(regions)}")
+        a, b = (index[r] for r in link.between)
+        if a == b:
+            raise InputError(path, f"links[{i}].between", "a link joins a region to itself", "two different regions")
+        links.append((a, b, link.bandwidth_gbs, link.latency_ms, link.egress_usd_per_gb))
+    bw, lat, egr = _widest_paths(len(regions), links)
+    # within a region traffic goes over the nodes' network, not a region link
+    np.fill_diagonal(bw, [spec.regions[r].inter_node_gbs for r in regions])
+    np.fill_diagonal(lat, [spec.regions[r].inter_node_latency_ms / 1e3 for r in regions])
+
+    used = sorted({index[r] for _, r in grouped})
+    for a in used:
+        for b in used:
+            if bw[a, b] == 0:
+                raise InputError(path, "links", f"region {regions[b]!r} is unreachable from {regions[a]!r}",
+                                 "links connecting every region that has GPUs")
+
+    pools = []
+    for (gpu_name, region), groups in grouped.items():
+        gpu = types[gpu_name]
+        intra = min((g.intra_node or gpu.intra_node).bandwidth_gbs for g in groups)
+        pools.append(Pool(
+            id=f"{gpu_name}@{region}",
+            gpu=gpu,
+            region=region,
+            count=sum(g.nodes * g.gpus_per_node for g in groups),
+            gpus_per_node=min(g.gpus_per_node for g in groups),
+            intra_gbs=intra,
+            inter_gbs=spec.regions[region].inter_node_gbs,
+        ))
+    for gpu_type in spec.profiles:
+        if aliases.get(gpu_type.lower()) is None:
+            raise InputError(path, f"profiles.{gpu_type}", f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
+    return Cluster(spec.name, path, pools, regions, bw, lat, egr, dict(spec.profiles))
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    path = str(path)
+    spec = load_model(path, ClusterSpec, "a cluster spec (see problems/clusters/)")
+    return build_cluster(path, spec)
+
+
+# ---------------------------------------------------------------- workload.yaml
+
+
+class ResponseLength(_Spec):
+    mean: int = Field(gt=0)
+    max: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _max_at_least_mean(self) -> "ResponseLength":
+        if self.max < self.mean:
+            raise ValueError(f"max ({self.max}) is below mean ({self.mean})")
+        return self
+
+
+class ModelSpec(Architecture):
+    """An explicit architecture given in the workload file."""
+
+
+class WorkloadSpec(_Spec):
+    name: str
+    model: str | ModelSpec
+    algorithm: Literal["grpo", "ppo"]
+    prompts_per_step: int = Field(gt=0)
+    samples_per_prompt: int = Field(gt=0)
+    prompt_len: int = Field(gt=0)
+    response_len: ResponseLength
+    max_staleness: int = Field(ge=0)
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    path: str
+    model: Architecture
+    algorithm: str
+    prompts_per_step: int
+    samples_per_prompt: int
+    prompt_len: int
+    response_mean: int
+    response_max: int
+    max_staleness: int
+    precision: str
+    has_reference: bool
+    has_critic: bool
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def bytes_per_param(self) -> int:
+        return PRECISION_BYTES[self.precision]
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.model.params * self.bytes_per_param
+
+
+def load_workload(path: str | Path) -> Workload:
+    path = str(path)
+    spec = load_model(path, WorkloadSpec, "a workload spec (see problems/workloads/)")
+    if isinstance(spec.model, str):
+        presets = model_presets()
+        arch = presets.get(spec.model.lower())
+        if arch is None:
+            hint = ", ".join(nearest(spec.model, list(presets))) or ", ".join(presets)
+            raise InputError(path, "model", f"unknown model preset {spec.model!r}",
+                             f"a preset name or an architecture mapping; nearest: {hint}")
+    else:
+        arch = Architecture(**spec.model.model_dump())
+    if arch.heads % arch.kv_heads:
+        raise InputError(path, "model.kv_heads", f"{arch.heads} heads are not divisible by {arch.kv_heads} kv_heads",
+                         "a divisor of heads")
+    if arch.head_dim is None and arch.hidden % arch.heads:
+        raise InputError(path, "model.heads", f"hidden {arch.hidden} is not divisible by {arch.heads} heads",
+                         "a divisor of hidden, or give head_dim")
+    if spec.response_len.max + spec.prompt_len <= 0:
+        raise InputError(path, "response_len.max", "no tokens per sample")
+    ppo = spec.algorithm == "ppo"
+    return Workload(
+        name=spec.name, path=path, model=arch, algorithm=spec.algorithm,
+        prompts_per_step=spec.prompts_per_step, samples_per_prompt=spec.samples_per_prompt,
+        prompt_len=spec.prompt_len, response_mean=spec.response_len.mean, response_max=spec.response_len.max,
+        max_staleness=spec.max_staleness, precision=spec.precision,
+        has_reference=ppo or spec.kl_reference, has_critic=ppo,
+    )
+
+
+def check_fits(cluster: Cluster, workload: Workload) -> None:
+    """The weights alone must fit in the memory of the whole cluster."""
+    need = workload.weight_bytes / 1e9
+    have = cluster.total_memory_gb
+    if need > have:
+        raise InputError(
+            workload.path, "model",
+            f"weights of {workload.model.name} need {need:.1f} GB in {workload.precision}; "
+            f"the whole cluster {cluster.name!r} has {have:.1f} GB",
+            "a smaller model or a larger cluster",
+        )
+

