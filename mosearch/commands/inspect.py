@@ -1,0 +1,118 @@
+"""`mosearch inspect`: what a cluster has and what a workload needs, before any search."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from problems.placement.specs import Cluster, Workload, check_fits, load_cluster, load_workload
+
+GB = 1e9
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="show a cluster's GPUs and links and a workload's memory needs")
+    p.add_argument("--cluster", required=True, help="cluster spec YAML (see problems/clusters/)")
+    p.add_argument("--workload", help="workload spec YAML (see problems/workloads/)")
+    p.set_defaults(func=run)
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def cluster_tables(cluster: Cluster) -> list[Table]:
+    pools = Table(title=f"cluster {cluster.name}: {cluster.total_gpus} GPUs in {len(cluster.regions)} region(s)")
+    for col in ("pool", "GPUs", "per node", "TFLOPS (dense bf16)", "memory GB", "HBM TB/s", "intra-node", "$/h"):
+        pools.add_column(col, justify="left" if col in ("pool", "intra-node") else "right")
+    total_usd = total_tf = total_mem = total_bw = 0.0
+    for p in cluster.pools:
+        g = p.gpu
+        usd, tf, mem, bw = p.count * g.price_usd_h, p.count * g.tflops, p.count * g.memory_gb, p.count * g.bandwidth_tbs
+        total_usd, total_tf, total_mem, total_bw = total_usd + usd, total_tf + tf, total_mem + mem, total_bw + bw
+        pools.add_row(p.id, str(p.count), str(p.gpus_per_node), _num(tf), _num(mem), _num(bw),
+                      f"{g.intra_node.kind} {p.intra_gbs:g} GB/s", f"{usd:,.2f}")
+    pools.add_row("total", str(cluster.total_gpus), "", _num(total_tf), _num(total_mem), _num(total_bw),
+                  "", f"{total_usd:,.2f}", style="bold")
+
+    links = Table(title="network (widest path between regions)")
+    for col in ("from", "to", "GB/s", "latency ms", "egress $/GB"):
+        links.add_column(col)
+    n = len(cluster.regions)
+    for a in range(n):
+        for b in range(a, n):
+            kind = "inside region" if a == b else ""
+            links.add_row(cluster.regions[a], cluster.regions[b] if a != b else kind,
+                          f"{cluster.region_bw[a, b]:g}", f"{cluster.region_latency[a, b] * 1e3:g}",
+                          f"{cluster.region_egress[a, b]:g}")
+    return [pools, links]
+
+
+def workload_table(workload: Workload) -> Table:
+    m, b = workload.model, workload.bytes_per_param
+    t = Table(title=f"workload {workload.name}: {m.name}, {workload.algorithm.upper()}, {workload.precision}")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    rows = [
+        ("parameters", f"{m.params / 1e9:,.3f} B" if m.params > 1e8 else f"{m.params:,}"),
+        ("layers x hidden (heads / kv heads)", f"{m.layers} x {m.hidden} ({m.heads} / {m.kv_heads})"),
+        ("weights", f"{m.params * b / GB:,.2f} GB"),
+        ("gradients", f"{m.params * b / GB:,.2f} GB"),
+        # mixed-precision Adam keeps an fp32 master copy and two fp32 moments: 12 B/param
+        ("optimizer states (Adam, fp32 master + moments)", f"{m.params * 12 / GB:,.2f} GB"),
+        ("training state before sharding (all trained models)", f"{training_state_gb(workload):,.2f} GB"),
+        ("KV cache per token", f"{m.kv_bytes_per_token(b) / 1024:,.1f} KiB"),
+        ("samples per step", f"{workload.prompts_per_step} prompts x {workload.samples_per_prompt}"),
+        ("tokens per sample (prompt + mean / max response)",
+         f"{workload.prompt_len} + {workload.response_mean} / {workload.response_max}"),
+        ("extra models", ", ".join(n for n, on in (("critic", workload.has_critic), ("reference", workload.has_reference)) if on) or "none"),
+        ("max staleness allowed", str(workload.max_staleness)),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def training_state_gb(workload: Workload) -> float:
+    """Weights + gradients + Adam states of every trained model, plus frozen reference weights."""
+    m, b = workload.model, workload.bytes_per_param
+    trained = 1 + int(workload.has_critic)
+    return (m.params * (2 * b + 12) * trained + m.params * b * int(workload.has_reference)) / GB
+
+
+def verdict(cluster: Cluster, workload: Workload) -> tuple[bool, str]:
+    m, b = workload.model, workload.bytes_per_param
+    weights = m.params * b / GB
+    # One rollout replica must hold the weights within one node (TP <= GPUs per node).
+    best = max(cluster.pools, key=lambda p: p.gpus_per_node * p.gpu.memory_gb)
+    node_mem = best.gpus_per_node * best.gpu.memory_gb
+    if weights > node_mem:
+        return False, (f"weights of {m.name} need {weights:.1f} GB per replica; the largest GPU group with "
+                       f"TP<={best.gpus_per_node} has {best.gpus_per_node} x {best.gpu.memory_gb:g} GB")
+    state = training_state_gb(workload)
+    if state > cluster.total_memory_gb:
+        return False, (f"training state of {m.name} ({workload.algorithm}) needs {state:,.1f} GB even fully "
+                       f"sharded; the whole cluster has {cluster.total_memory_gb:,.0f} GB")
+    return True, (f"fits: weights {weights:.3g} GB fit one {best.gpu.name} node ({node_mem:g} GB); "
+                  f"training state {state:,.3g} GB before sharding, cluster {cluster.total_memory_gb:,.0f} GB")
+
+
+def run(args: argparse.Namespace) -> int:
+    # rich falls back to 80 columns when piped; the tables need more
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    # validate everything before printing anything, so a bad file leaves no half report
+    cluster = load_cluster(args.cluster)
+    workload = load_workload(args.workload) if args.workload else None
+    if workload is not None:
+        check_fits(cluster, workload)  # weights larger than the whole cluster: bad input, exit 2
+    for table in cluster_tables(cluster):
+        console.print(table)
+    if workload is None:
+        return 0
+    console.print(workload_table(workload))
+    ok, reason = verdict(cluster, workload)
+    console.print(f"[bold {'green' if ok else 'red'}]verdict:[/] {reason}")
+    return 0 if ok else 1

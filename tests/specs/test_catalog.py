@@ -1,0 +1,69 @@
+"""Catalog and presets: every number has a source, every preset matches its published size."""
+
+from __future__ import annotations
+
+import pytest
+
+from problems.placement.catalog import gpu_catalog, model_presets
+from problems.placement.specs import load_cluster
+
+REQUIRED_GPUS = ["H100", "H200", "A100-80G", "A100-40G", "L40S", "L4", "A10G", "V100", "T4", "RTX-4090", "MI300X"]
+SOURCED = ["tflops", "memory_gb", "bandwidth_tbs", "intra_node", "price_usd_h", "mfu", "prefill_eff", "decode_eff"]
+
+
+@pytest.mark.parametrize("name", REQUIRED_GPUS)
+def test_catalog_gpu_has_every_figure_with_a_source(name):
+    gpu = gpu_catalog()[name]
+    for field in SOURCED:
+        assert gpu.sources.get(field), f"{name}.{field} has no source"
+
+
+def test_no_sparse_tflops_figures():
+    # sparse peaks are double the dense ones; these are the dense BF16/FP16 figures
+    cat = gpu_catalog()
+    assert cat["H100"].tflops < 1000 and cat["L40S"].tflops < 400
+
+
+@pytest.mark.parametrize("name", [n for n, a in model_presets().items() if a.published_params])
+def test_preset_param_count_matches_published(name):
+    arch = model_presets()[name]
+    assert abs(arch.params / arch.published_params - 1) < 0.02
+
+
+def test_tiny_preset_is_vllm_cpu_compatible():
+    tiny = model_presets()["tiny"]
+    assert tiny.hd == 64  # vLLM's CPU attention rejects head_dim 16
+
+
+def test_override_and_new_gpu_type(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "name: c\nregions: {r: {inter_node_gbs: 10}}\n"
+        "gpu_types:\n  H100: {price_usd_h: 1.5, source: our contract}\n"
+        "  X1: {tflops: 200, memory_gb: 32, bandwidth_tbs: 1.2, price_usd_h: 0.9}\n"
+        "node_groups:\n  - {gpu: h100-sxm, nodes: 1, gpus_per_node: 8, region: r}\n"
+        "  - {gpu: X1, nodes: 2, gpus_per_node: 4, region: r}\n"
+    )
+    cluster = load_cluster(path)
+    pools = {p.id: p for p in cluster.pools}
+    assert pools["H100@r"].gpu.price_usd_h == 1.5
+    assert pools["H100@r"].gpu.sources["price_usd_h"] == "our contract"
+    assert pools["H100@r"].gpu.tflops == gpu_catalog()["H100"].tflops  # untouched fields kept
+    assert pools["X1@r"].count == 8 and pools["X1@r"].gpu.memory_gb == 32
+
+
+def test_widest_path_routes_through_a_relay(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "name: c\nregions: {a: {inter_node_gbs: 10}, b: {inter_node_gbs: 10}, c: {inter_node_gbs: 10}}\n"
+        "links:\n  - {between: [a, b], bandwidth_gbs: 10, latency_ms: 10, egress_usd_per_gb: 0.01}\n"
+        "  - {between: [b, c], bandwidth_gbs: 5, latency_ms: 20, egress_usd_per_gb: 0.02}\n"
+        "  - {between: [a, c], bandwidth_gbs: 1, latency_ms: 5, egress_usd_per_gb: 0.1}\n"
+        "node_groups:\n  - {gpu: L4, nodes: 1, gpus_per_node: 1, region: a}\n"
+        "  - {gpu: L4, nodes: 1, gpus_per_node: 1, region: c}\n"
+    )
+    cluster = load_cluster(path)
+    a, c = cluster.region_index("a"), cluster.region_index("c")
+    assert cluster.region_bw[a, c] == 5  # via b beats the 1 GB/s direct link
+    assert cluster.region_latency[a, c] == pytest.approx(0.030)
+    assert cluster.region_egress[a, c] == pytest.approx(0.03)

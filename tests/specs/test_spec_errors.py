@@ -1,0 +1,142 @@
+"""Every bad-input case of the specs: exit status 2 and one exact line naming file, key, problem."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mosearch.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD_CLUSTER = """\
+name: two-regions
+regions:
+  east: {inter_node_gbs: 50}
+  west: {inter_node_gbs: 25}
+links:
+  - {between: [east, west], bandwidth_gbs: 10, latency_ms: 70, egress_usd_per_gb: 0.02}
+node_groups:
+  - {gpu: H100, nodes: 1, gpus_per_node: 8, region: east}
+  - {gpu: L40S, nodes: 2, gpus_per_node: 4, region: west}
+"""
+GOOD_WORKLOAD = """\
+name: w
+model: qwen2.5-1.5b
+algorithm: grpo
+prompts_per_step: 8
+samples_per_prompt: 4
+prompt_len: 128
+response_len: {mean: 256, max: 1024}
+max_staleness: 2
+"""
+
+
+def run_inspect(tmp_path, cluster: str, workload: str | None, capsys):
+    c = tmp_path / "cluster.yaml"
+    c.write_text(textwrap.dedent(cluster))
+    argv = ["inspect", "--cluster", str(c)]
+    w = None
+    if workload is not None:
+        w = tmp_path / "workload.yaml"
+        w.write_text(textwrap.dedent(workload))
+        argv += ["--workload", str(w)]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err, str(c), str(w)
+
+
+def test_good_specs_pass(tmp_path, capsys):
+    code, out, err, _, _ = run_inspect(tmp_path, GOOD_CLUSTER, GOOD_WORKLOAD, capsys)
+    assert code == 0, err
+    assert "H100@east" in out and "L40S@west" in out and "verdict" in out
+
+
+CLUSTER_CASES = {
+    "yaml syntax": (GOOD_CLUSTER.replace("regions:\n", "regions: [\n"),
+                    "<root>: invalid YAML at line 4, column 3: expected ',' or ']', but got '<scalar>' "
+                    "(a cluster spec (see problems/clusters/))"),
+    "missing key": (GOOD_CLUSTER.replace("gpu: H100, ", ""),
+                    "node_groups[0].gpu: missing (required key)"),
+    "wrong type": (GOOD_CLUSTER.replace("nodes: 2", "nodes: two"),
+                   "node_groups[1].nodes: got 'two' (an integer)"),
+    "zero count": (GOOD_CLUSTER.replace("nodes: 2", "nodes: 0"),
+                   "node_groups[1].nodes: got 0 (a number > 0)"),
+    "negative count": (GOOD_CLUSTER.replace("gpus_per_node: 8", "gpus_per_node: -8"),
+                       "node_groups[0].gpus_per_node: got -8 (a number > 0)"),
+    "unknown gpu": (GOOD_CLUSTER.replace("gpu: H100", "gpu: H10"),
+                    "node_groups[0].gpu: unknown GPU type 'H10' (a catalog type or one defined under "
+                    "gpu_types; nearest: H100, V100, H200)"),
+    "gpus per node not a power of two": (GOOD_CLUSTER.replace("gpus_per_node: 4", "gpus_per_node: 6"),
+                                         "node_groups[1].gpus_per_node: got 6 (a power of two (1, 2, 4, 8, 16), "
+                                         "so tensor-parallel groups tile a node)"),
+    "link to unknown region": (GOOD_CLUSTER.replace("between: [east, west]", "between: [east, north]"),
+                               "links[0].between[1]: unknown region 'north' (one of the regions: east, west)"),
+    "unreachable region": (GOOD_CLUSTER.replace(
+        "links:\n  - {between: [east, west], bandwidth_gbs: 10, latency_ms: 70, egress_usd_per_gb: 0.02}\n", ""),
+        "links: region 'west' is unreachable from 'east' (links connecting every region that has GPUs)"),
+    "empty cluster": (GOOD_CLUSTER.split("node_groups:")[0] + "node_groups: []\n",
+                      "node_groups: empty cluster (at least one node group with GPUs)"),
+    "node group in unknown region": (GOOD_CLUSTER.replace("region: west", "region: south"),
+                                     "node_groups[1].region: unknown region 'south' (one of the regions: east, west)"),
+    "unknown key": (GOOD_CLUSTER.replace("gpu: H100,", "gpu: H100, colour: red,"),
+                    "node_groups[0].colour: unknown key (remove it or check its spelling)"),
+    "not a mapping": ("- just\n- a list\n", "<root>: got list (a mapping: a cluster spec (see problems/clusters/))"),
+    "new gpu type lacks figures": (GOOD_CLUSTER + "gpu_types:\n  X9: {tflops: 100}\n",
+                                   "gpu_types.X9.memory_gb: missing for a GPU type not in the catalog "
+                                   "(tflops, memory_gb, bandwidth_tbs and price_usd_h for a new type)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLUSTER_CASES))
+def test_bad_cluster(tmp_path, capsys, case):
+    text, expected = CLUSTER_CASES[case]
+    code, out, err, cpath, _ = run_inspect(tmp_path, text, None, capsys)
+    assert code == 2
+    assert out == ""  # nothing printed that looks like a report
+    assert err == f"mosearch: {cpath}: {expected}\n"
+
+
+WORKLOAD_CASES = {
+    "unknown preset": (GOOD_WORKLOAD.replace("qwen2.5-1.5b", "qwen2.5-1.6b"),
+                       "model: unknown model preset 'qwen2.5-1.6b' (a preset name or an architecture mapping; "
+                       "nearest: qwen2.5-1.5b, qwen2.5-14b, qwen2.5-0.5b)"),
+    "bad algorithm": (GOOD_WORKLOAD.replace("grpo", "dpo"),
+                      "algorithm: got 'dpo' (one of 'grpo' or 'ppo')"),
+    "zero prompts": (GOOD_WORKLOAD.replace("prompts_per_step: 8", "prompts_per_step: 0"),
+                     "prompts_per_step: got 0 (a number > 0)"),
+    "max below mean": (GOOD_WORKLOAD.replace("max: 1024", "max: 100"),
+                       "response_len: max (100) is below mean (256)"),
+    "kv heads do not divide heads": (GOOD_WORKLOAD.replace(
+        "model: qwen2.5-1.5b",
+        "model: {layers: 2, hidden: 128, heads: 4, kv_heads: 3, ffn: 256, vocab: 100}"),
+        "model.kv_heads: 4 heads are not divisible by 3 kv_heads (a divisor of heads)"),
+    "model fits nowhere": (GOOD_WORKLOAD.replace("qwen2.5-1.5b", "llama3.1-70b"),
+                           "model: weights of llama3.1-70b need 141.1 GB in bf16; the whole cluster 'tiny' has "
+                           "48.0 GB (a smaller model or a larger cluster)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WORKLOAD_CASES))
+def test_bad_workload(tmp_path, capsys, case):
+    text, expected = WORKLOAD_CASES[case]
+    cluster = GOOD_CLUSTER
+    if case == "model fits nowhere":
+        cluster = "name: tiny\nregions: {r: {inter_node_gbs: 10}}\nnode_groups:\n  - {gpu: L4, nodes: 1, gpus_per_node: 2, region: r}\n"
+    code, out, err, _, wpath = run_inspect(tmp_path, cluster, text, capsys)
+    assert code == 2
+    assert out == ""
+    assert err == f"mosearch: {wpath}: {expected}\n"
+
+
+def test_missing_file(tmp_path, capsys):
+    code = main(["inspect", "--cluster", str(tmp_path / "nope.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().endswith("nope.yaml: no such file (a cluster spec (see problems/clusters/))")
+
+
+@pytest.mark.parametrize("cluster", sorted((REPO / "problems" / "clusters").glob("*.yaml")), ids=lambda p: p.stem)
+def test_inspect_runs_on_every_shipped_cluster(cluster, capsys):
+    assert main(["inspect", "--cluster", str(cluster)]) == 0
+    assert "cluster" in capsys.readouterr().out
