@@ -1,0 +1,5 @@
+"""Search algorithms: MaOEA-CS (pymoo Algorithm) and the registry of baselines it is compared with."""
+
+from mosearch.algorithms.maoea_cs import MaOEACS
+
+__all__ = ["MaOEACS"]
