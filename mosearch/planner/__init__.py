@@ -1,0 +1,1 @@
+"""Running a placement search and turning its archive into a front of plans."""

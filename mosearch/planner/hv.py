@@ -1,0 +1,59 @@
+"""Hypervolume of a placement front on normalised objectives with a fixed reference point.
+
+Each minimised objective is divided by a scale fixed before the search starts, so the
+value is comparable between generations, seeds and algorithms of one scenario:
+throughput 1 - t / t_scale, cost c / (price of every GPU of the cluster), memory as the
+fraction it already is, staleness s / max(1, workload bound). Reference point: 1.1 on
+every axis (a plan with zero throughput, the whole cluster's price, full memory or the
+staleness bound still adds a little volume). Exact HV by moocore through pymoo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pymoo.indicators.hv import HV
+
+REF = 1.1
+
+
+@dataclass(frozen=True)
+class HVScale:
+    throughput: float  # samples/s that maps to 0 on the throughput axis
+    cost: float  # $/h that maps to 1
+    staleness: float  # version lag that maps to 1
+
+    def normalise(self, M: np.ndarray) -> np.ndarray:
+        """Minimised objectives [-throughput, cost, memory, staleness] -> normalised."""
+        M = np.atleast_2d(np.asarray(M, dtype=float))
+        return np.column_stack([
+            1.0 + M[:, 0] / self.throughput,
+            M[:, 1] / self.cost,
+            M[:, 2],
+            M[:, 3] / self.staleness,
+        ])
+
+    def hv(self, M: np.ndarray) -> float:
+        if len(M) == 0:
+            return 0.0
+        N = self.normalise(M)
+        N = N[(N < REF).all(axis=1)]
+        if len(N) == 0:
+            return 0.0
+        return float(HV(ref_point=np.full(N.shape[1], REF))(N))
+
+    def as_dict(self) -> dict:
+        return {"throughput_samples_s": float(self.throughput), "cost_usd_h": float(self.cost),
+                "peak_mem_frac": 1.0, "staleness": float(self.staleness), "reference": REF}
+
+
+def scale_for(cluster, workload, best_throughput: float) -> HVScale:
+    """Fix the scale for one scenario. `best_throughput`: the fastest plan known before the
+    search (the fastest corner seed); twice that is the throughput axis' far end."""
+    price = sum(p.count * p.gpu.price_usd_h for p in cluster.pools)
+    return HVScale(
+        throughput=max(2.0 * float(best_throughput), 1e-9),
+        cost=max(price, 1e-9),
+        staleness=float(max(1, workload.max_staleness)),
+    )

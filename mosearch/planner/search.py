@@ -1,0 +1,156 @@
+"""Running one placement search: algorithm, budget, progress, interruption, the archive.
+
+Every algorithm evaluates through `RecordingProblem`, whose per-batch hook is where the
+planner reports a generation, writes the history row and decides to stop (time limit,
+Ctrl-C). The first Ctrl-C asks to stop after the batch being evaluated; a second one
+interrupts at once. Either way the archive holds every feasible non-dominated plan
+evaluated so far, and an interrupted result is marked partial.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mosearch.planner import algorithms
+from mosearch.planner.hv import HVScale
+from mosearch.planner.progress import SearchProgress
+from mosearch.planner.recording import RecordingProblem
+
+# A --time run still gives MaOEA-CS an evaluation budget for its decaying mutation step:
+# the time limit times this rate (evaluations per second of the vectorised model plus the
+# algorithm on one core of the development machine, measured by benchmarks/planner_targets.py).
+TIME_EVAL_RATE = 2000
+UNLIMITED_EVALS = 10**9
+
+
+@dataclass
+class SearchSettings:
+    algorithm: str = algorithms.DEFAULT
+    evals: int | None = None
+    time_s: float | None = None
+    seed: int = 1
+    pop_size: int = 100
+    jobs: int = 1
+    progress: bool = True
+
+
+@dataclass
+class SearchResult:
+    X: np.ndarray  # archive decision vectors
+    F: np.ndarray  # archive objectives, minimised
+    history: list[dict] = field(default_factory=list)
+    evaluations: int = 0
+    generations: int = 0
+    wall_s: float = 0.0
+    partial: bool = False
+    stop_reason: str = ""
+    g_best: np.ndarray | None = None  # per constraint, the smallest value any evaluated plan reached
+
+
+class StopSearch(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@contextmanager
+def interrupt_flag():
+    """First SIGINT sets the event; a second raises KeyboardInterrupt as usual."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        if stop.is_set():
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _row(rec: RecordingProblem, t0: float, scale: HVScale | None) -> dict:
+    F = rec.archive.F
+    return {
+        "generation": rec.batches,
+        "evaluations": rec.n_evals,
+        "wall_s": round(time.perf_counter() - t0, 4),
+        "hv": scale.hv(F) if scale is not None else float("nan"),
+        "front_size": len(F),
+        "feasible_share": rec.last_feasible_share,
+        "best_throughput": float(-F[:, 0].min()) if len(F) else None,
+        "min_cost": float(F[:, 1].min()) if len(F) else None,
+    }
+
+
+def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = None,
+               hv_scale: HVScale | None = None, on_generation=None) -> SearchResult:
+    """Search `problem` (4 minimised objectives) and return its archive and history.
+
+    `seeds`: decision vectors for MaOEA-CS' first population (the corner heuristics).
+    `on_generation(row, stop_event)`: called after each evaluated batch (tests interrupt with it).
+    """
+    if settings.evals is None and settings.time_s is None:
+        raise ValueError("give an evaluation budget, a time limit or both")
+    algorithms.check_name(settings.algorithm)
+    budget = settings.evals if settings.evals is not None else UNLIMITED_EVALS
+    history: list[dict] = []
+    t0 = time.perf_counter()
+    total, by_evals = (settings.evals, True) if settings.evals is not None else (settings.time_s, False)
+
+    evaluation = None
+    if settings.jobs and settings.jobs > 1:
+        from mosearch.planner.parallel import RayEvaluation
+
+        evaluation = RayEvaluation(problem, settings.jobs)
+    partial, reason = False, "budget"
+    with interrupt_flag() as stop, SearchProgress(total, "evals" if by_evals else "s", settings.progress) as bar:
+
+        def on_batch(rec: RecordingProblem) -> None:
+            row = _row(rec, t0, hv_scale)
+            history.append(row)
+            bar.update(rec.n_evals if by_evals else row["wall_s"], row)
+            if on_generation is not None:
+                on_generation(row, stop)
+            if stop.is_set():
+                raise StopSearch("interrupted")
+            if settings.time_s is not None and row["wall_s"] >= settings.time_s:
+                raise StopSearch("time")
+            if rec.n_evals >= budget:
+                raise StopSearch("budget")
+
+        rec = RecordingProblem(problem, evaluation, on_batch)
+        try:
+            if settings.algorithm == algorithms.DEFAULT:
+                evals_for_alpha = settings.evals or int(TIME_EVAL_RATE * settings.time_s)
+                algo = algorithms.make_maoea(problem, settings.pop_size, seeds, evals_for_alpha)
+                algo.setup(rec, termination=("n_eval", budget), seed=settings.seed, verbose=False)
+                while algo.has_next():
+                    algo.next()
+            else:
+                algorithms.baseline_runner(settings.algorithm)(rec, budget, settings.seed)
+        except StopSearch as s:
+            reason = s.reason
+            partial = reason == "interrupted"
+        except KeyboardInterrupt:
+            partial, reason = True, "interrupted"
+        finally:
+            if evaluation is not None:
+                evaluation.close()
+    return SearchResult(
+        X=rec.archive.X.copy(), F=rec.archive.F.copy(), history=history, evaluations=rec.n_evals,
+        generations=rec.batches, wall_s=time.perf_counter() - t0, partial=partial, stop_reason=reason,
+        g_best=rec.g_best,
+    )

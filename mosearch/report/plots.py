@@ -1,0 +1,114 @@
+"""PNG plots of a front: scatter matrix of the four objectives, throughput against cost with
+the knee and the baselines marked, parallel coordinates, hypervolume over the search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from problems.atomic import atomic_write_bytes  # noqa: E402
+
+LABELS = ["throughput\n(samples/s)", "cost ($/h)", "peak memory\n(fraction)", "staleness\n(versions)"]
+MODE_COLOURS = {"colocated": "#1f77b4", "disaggregated": "#2ca02c", "async": "#d62728"}
+
+
+def _save(fig, path: Path) -> Path:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _colours(modes: list[str]) -> list[str]:
+    return [MODE_COLOURS.get(m, "#7f7f7f") for m in modes]
+
+
+def _mode_legend(ax, modes: list[str]) -> None:
+    for m in sorted(set(modes)):
+        ax.scatter([], [], c=MODE_COLOURS.get(m, "#7f7f7f"), s=18, label=m)
+
+
+def scatter_matrix(F: np.ndarray, modes: list[str], knee: int | None, path: Path) -> Path:
+    m = F.shape[1]
+    fig, axes = plt.subplots(m, m, figsize=(2.4 * m, 2.4 * m))
+    colours = _colours(modes)
+    for i in range(m):
+        for j in range(m):
+            ax = axes[i, j]
+            if i == j:
+                ax.hist(F[:, i], bins=min(20, max(3, len(F) // 3)), color="#999999")
+            else:
+                ax.scatter(F[:, j], F[:, i], c=colours, s=10, alpha=0.75, linewidths=0)
+                if knee is not None:
+                    ax.scatter(F[knee, j], F[knee, i], marker="*", s=140, c="gold", edgecolors="black", zorder=3)
+            if i == m - 1:
+                ax.set_xlabel(LABELS[j], fontsize=8)
+            if j == 0:
+                ax.set_ylabel(LABELS[i], fontsize=8)
+            ax.tick_params(labelsize=7)
+    _mode_legend(axes[0, m - 1], modes)
+    axes[0, m - 1].legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"Pareto front: {len(F)} plans (star: knee)", fontsize=11)
+    return _save(fig, path)
+
+
+def throughput_cost(F: np.ndarray, modes: list[str], knee: int | None, baselines: dict[str, np.ndarray],
+                    path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(F[:, 1], F[:, 0], c=_colours(modes), s=22, alpha=0.8, linewidths=0)
+    _mode_legend(ax, modes)
+    if knee is not None:
+        ax.scatter(F[knee, 1], F[knee, 0], marker="*", s=260, c="gold", edgecolors="black", zorder=3, label="knee")
+    markers = iter("sD^vP<>Xhp")
+    for name, f in baselines.items():
+        ax.scatter(f[1], f[0], marker=next(markers, "o"), s=70, facecolors="none", edgecolors="black",
+                   linewidths=1.3, zorder=4, label=f"baseline: {name}")
+    ax.set_xlabel("cost ($/h)")
+    ax.set_ylabel("throughput (samples/s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title("Throughput against cost (colour: execution mode)")
+    return _save(fig, path)
+
+
+def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
+    lo, hi = F.min(axis=0), F.max(axis=0)
+    span = np.where(hi - lo > 0, hi - lo, 1.0)
+    N = (F - lo) / span
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    order = np.argsort(F[:, 0])
+    cmap = plt.get_cmap("viridis")
+    t = N[:, 0]
+    xs = np.arange(F.shape[1])
+    for i in order:
+        ax.plot(xs, N[i], color=cmap(t[i]), alpha=0.45, lw=1)
+    if knee is not None:
+        ax.plot(xs, N[knee], color="black", lw=2.5, label="knee")
+        ax.legend(fontsize=8, loc="upper right")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{lab}\n[{lo[k]:.3g} .. {hi[k]:.3g}]" for k, lab in enumerate(LABELS)], fontsize=8)
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(["front min", "front max"], fontsize=8)
+    ax.set_title("Parallel coordinates (colour: throughput)")
+    ax.grid(axis="x", alpha=0.4)
+    return _save(fig, path)
+
+
+def hv_history(history: list[dict], path: Path) -> Path:
+    ev = [r["evaluations"] for r in history]
+    hv = [r["hv"] for r in history]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(ev, hv, lw=1.5)
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("hypervolume (normalised)")
+    ax.grid(alpha=0.3)
+    ax.set_title("Search progress")
+    return _save(fig, path)

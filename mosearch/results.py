@@ -1,0 +1,154 @@
+"""A run directory: writing and reading front.csv, front.json, plans/, history.csv, run.yaml.
+
+Every file is written atomically (`problems.atomic`: a temporary file in the same directory,
+fsynced, then renamed over the target), so a reader or an interrupted run never sees half a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from mosearch.decide import COLUMNS
+from problems.atomic import atomic_write_text
+from problems.errors import InputError
+from problems.placement.plan import Plan
+
+# The contract of front.csv (DESIGN.md, "File contracts"); decision fields follow.
+METRICS = ("throughput_samples_s", "throughput_tokens_s", "cost_usd_h", "usd_per_1k_samples", "peak_mem_frac", "staleness")
+FRONT_COLUMNS = ("plan_id", *METRICS)
+
+
+def flatten_plan(plan: Plan) -> dict[str, object]:
+    """The plan's decision fields as flat columns: per pool roles, then layout and mode."""
+    row: dict[str, object] = {}
+    for p in plan.pools:
+        for key in ("rollout_gpus", "train_gpus", "shared_gpus", "rollout_tp"):
+            row[f"{p.pool}.{key}"] = getattr(p, key)
+    for section in ("rollout", "train", "execution", "weight_sync"):
+        for key, value in getattr(plan, section).model_dump(mode="json").items():
+            row[f"{section}.{key}"] = value
+    return row
+
+
+def metric_row(plan: Plan) -> dict[str, object]:
+    pred = plan.predicted
+    return {"plan_id": plan.plan_id, **{m: pred.get(m, float("nan")) for m in METRICS}}
+
+
+def _csv_text(rows: list[dict[str, object]], first: tuple[str, ...]) -> str:
+    columns = list(first)
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def _fmt(v: object) -> object:
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return v
+
+
+def front_table(plans: list[Plan], extra_first: tuple[str, ...] = ()) -> str:
+    rows = [{**metric_row(p), **flatten_plan(p)} for p in plans]
+    return _csv_text(rows, (*extra_first, *FRONT_COLUMNS))
+
+
+def _json_plans(plans: list[Plan]) -> list[dict]:
+    return [{**metric_row(p), "plan": p.model_dump(mode="json")} for p in plans]
+
+
+def write_front(out: Path, plans: list[Plan]) -> None:
+    atomic_write_text(out / "front.csv", front_table(plans))
+    atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(plans)}, indent=1) + "\n")
+    plan_dir = out / "plans"
+    plan_dir.mkdir(parents=True, exist_ok=True)
+    keep = set()
+    for p in plans:
+        name = f"{p.plan_id}.yaml"
+        atomic_write_text(plan_dir / name, p.to_yaml())
+        keep.add(name)
+    for stale in plan_dir.glob("*.yaml"):  # a previous run into the same directory
+        if stale.name not in keep:
+            stale.unlink()
+
+
+def write_baselines(out: Path, baselines: dict[str, Plan]) -> None:
+    """Baseline planners' plans beside the front, named by planner."""
+    plans = list(baselines.values())
+    rows = [{"baseline": name, **metric_row(p), **flatten_plan(p)} for name, p in baselines.items()]
+    atomic_write_text(out / "baselines.csv", _csv_text(rows, ("baseline", *FRONT_COLUMNS)))
+    data = [{"baseline": name, **d} for name, d in zip(baselines, _json_plans(plans))]
+    atomic_write_text(out / "baselines.json", json.dumps({"plans": data}, indent=1) + "\n")
+
+
+HISTORY_COLUMNS = ("generation", "evaluations", "wall_s", "hv", "front_size", "feasible_share",
+                   "best_throughput", "min_cost")
+
+
+def write_history(out: Path, rows: list[dict[str, object]]) -> None:
+    atomic_write_text(out / "history.csv", _csv_text(rows, HISTORY_COLUMNS))
+
+
+def write_run_info(out: Path, info: dict) -> None:
+    atomic_write_text(out / "run.yaml", yaml.safe_dump(info, sort_keys=False))
+
+
+# ------------------------------------------------------------------ reading
+
+
+@dataclass
+class Run:
+    path: Path
+    plans: list[Plan]
+    info: dict = field(default_factory=dict)
+    baselines: dict[str, Plan] = field(default_factory=dict)
+
+    @property
+    def F(self) -> np.ndarray:
+        """Objectives in natural units, in decide.OBJECTIVES order."""
+        return objective_matrix(self.plans)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.info.get("partial", False))
+
+
+def objective_matrix(plans: list[Plan]) -> np.ndarray:
+    return np.array([[p.predicted.get(c, np.nan) for c in COLUMNS] for p in plans], dtype=float).reshape(-1, len(COLUMNS))
+
+
+def _read_plans(path: Path, what: str) -> list[tuple[dict, Plan]]:
+    try:
+        data = json.loads(path.read_text())
+        items = data["plans"]
+        return [(d, Plan.model_validate(d["plan"])) for d in items]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(str(path), None, f"cannot read {what}: {err.__class__.__name__}: {err}",
+                         "a file written by `mosearch plan`") from None
+
+
+def load_run(path: str | Path) -> Run:
+    path = Path(path)
+    front = path / "front.json"
+    if not front.is_file():
+        raise InputError(str(path), None, "no front.json here", "a run directory written by `mosearch plan --out DIR`")
+    plans = [p for _, p in _read_plans(front, "the front")]
+    info = {}
+    if (path / "run.yaml").is_file():
+        info = yaml.safe_load((path / "run.yaml").read_text()) or {}
+    baselines = {}
+    if (path / "baselines.json").is_file():
+        baselines = {d.get("baseline", p.plan_id): p for d, p in _read_plans(path / "baselines.json", "the baselines")}
+    return Run(path, plans, info, baselines)
