@@ -1,0 +1,55 @@
+"""Exporters: a plan as the placement configuration of verl, AReaL or RLinf.
+
+Each target module has `export(plan, ctx) -> dict` (pure) and `notes(plan, ctx) -> list[str]`
+(what the target cannot express). `render` turns both into one commented YAML document.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import yaml
+
+from problems.placement.plan import Plan
+from trainer.export import areal, rlinf, verl
+from trainer.export import layout as L
+from trainer.export.context import ExportContext
+
+EXPORTERS: dict[str, Callable[[Plan, ExportContext | None], dict]] = {
+    "verl": verl.export,
+    "areal": areal.export,
+    "rlinf": rlinf.export,
+}
+NOTES: dict[str, Callable[[Plan, ExportContext | None], list[str]]] = {
+    "verl": verl.notes,
+    "areal": areal.notes,
+    "rlinf": rlinf.notes,
+}
+
+
+def layout_lines(plan: Plan, ctx: ExportContext) -> list[str]:
+    lines, base = [], 0
+    for rank, n in enumerate(L.nodes(plan, ctx)):
+        roles = ", ".join(f"{r} {c}" for r, c in Counter(n.roles).items())
+        lines.append(f"node {rank}: {n.pool}, GPUs {base}-{base + n.size - 1}: {roles}"
+                     + (f", idle {n.size - len(n.roles)}" if len(n.roles) < n.size else ""))
+        base += n.size
+    return lines
+
+
+def render(target: str, plan: Plan, ctx: ExportContext | None = None) -> str:
+    ctx = ctx or ExportContext()
+    data = EXPORTERS[target](plan, ctx)
+    head = [f"{target} configuration exported by `mosearch export` from plan {plan.plan_id}",
+            f"cluster {plan.cluster.name} (sha256 {plan.cluster.sha256[:12]}), workload {plan.workload.name}, "
+            f"mode {plan.execution.mode}, staleness bound {plan.execution.staleness_bound}",
+            "layout:"] + ["  " + s for s in layout_lines(plan, ctx)]
+    notes = NOTES[target](plan, ctx)
+    if notes:
+        head += ["notes:"] + [f"  - {n}" for n in notes]
+    comment = "".join(f"# {line}\n" for line in head)
+    return comment + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+__all__ = ["EXPORTERS", "NOTES", "ExportContext", "render"]

@@ -1,0 +1,36 @@
+"""What an exporter may know beyond the plan: node sizes from the cluster, batch sizes from the workload.
+
+The command line fills this from the spec files the plan names; the exporters never read specs
+themselves (trainer code imports only the plan schema), so every field is optional and an
+exporter falls back to a stated assumption when one is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The shipped clusters and the common 8-GPU server; used only when no cluster spec is at hand.
+DEFAULT_GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class ExportContext:
+    gpus_per_node: dict[str, int] = field(default_factory=dict)  # pool id -> GPUs per node
+    pool_order: tuple[str, ...] = ()  # pool ids in the cluster file's order
+    model: str | None = None
+    algorithm: str | None = None  # "grpo" | "ppo"
+    prompts_per_step: int | None = None
+    samples_per_prompt: int | None = None
+    prompt_len: int | None = None
+    response_max: int | None = None
+
+    def node_size(self, pool: str, at_least: int = 1) -> int:
+        return max(self.gpus_per_node.get(pool, DEFAULT_GPUS_PER_NODE), at_least)
+
+    @property
+    def has_cluster(self) -> bool:
+        return bool(self.gpus_per_node)
+
+    @property
+    def has_workload(self) -> bool:
+        return self.prompts_per_step is not None and self.samples_per_prompt is not None
