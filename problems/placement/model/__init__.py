@@ -1,0 +1,128 @@
+"""The vectorised performance model: fields of a population of plans -> named (N,) arrays.
+
+One module per formula: rollout, training, comm, memory, flow, cost (and lifetime for the
+offline lifetime-planned memory peak of single plans). `evaluate(ctx, fields)` composes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from problems.placement.model import cost as _cost
+from problems.placement.model.comm import weight_sync_s
+from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
+from problems.placement.model.memory import (
+    activation_bytes,
+    model_state_bytes,
+    train_peak_bytes,
+)
+from problems.placement.model.params import ModelContext, build_context
+from problems.placement.model.rollout import rollout_times
+from problems.placement.model.training import train_times
+
+__all__ = ["ModelContext", "build_context", "evaluate"]
+
+
+def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    e = ctx.eff
+    mode, k = f["mode"], f["staleness_bound"]
+    colo = mode == MODE_COLOCATED
+    chunks = np.where(colo, 1, f["pipeline_chunks"]).astype(float)
+    ro = rollout_times(ctx, f)
+    tr = train_times(ctx, f, chunks)
+    engines = ro["engines"]
+    train_gpus = f["train_gpus"] + f["shared_gpus"]
+    roll_gpus = f["rollout_gpus"] + f["shared_gpus"]
+    used = f["rollout_gpus"] + f["train_gpus"] + f["shared_gpus"]
+
+    # ---- memory per GPU
+    tp, pp, dp = f["tp"], f["pp"], tr["dp"]
+    states = model_state_bytes(ctx, tp, pp, dp, f["sharding"], f["optimizer_offload"])  # (N,)
+    acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None],
+                            f["recompute"][:, None], tr["micro_batches"])  # (N, P)
+    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx)
+    rollout_peak = f["kv_mem_frac"][:, None] * ctx.mem
+    shared = f["shared_gpus"] > 0
+    peak = np.where(shared, np.maximum(reserved, rollout_peak),
+                    np.maximum(np.where(f["train_gpus"] > 0, reserved, 0.0),
+                               np.where(f["rollout_gpus"] > 0, rollout_peak, 0.0)))
+    frac = np.where(used > 0, peak / ctx.mem, 0.0)
+    peak_frac = frac.max(axis=1)
+    need_tokens = ctx.prompt_len + ctx.resp_max
+    kv_short = (need_tokens - ro["kv_tokens_min"]) / need_tokens
+
+    # ---- weight sync and context switch
+    bytes_w = ctx.weight_bytes
+    src = np.argmax(train_gpus, axis=1)  # weights leave from the pool with the most trainers
+    src_region = ctx.region[src]
+    n_regions = int(ctx.region_bw.shape[0])
+    sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
+                                                 ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
+    reshard = np.where(engines > 0, bytes_w / f["rollout_tp"] / ctx.intra, 0.0).max(axis=1)
+    sync = np.where(colo, reshard, sync_t)
+    sync_usd = np.where(colo, 0.0, sync_usd)
+    sync_cross = np.where(colo, 0.0, sync_cross)
+    sw = np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
+                                   ctx.host_memory), 0.0).max(axis=1)
+    sw = np.where(colo, sw, 0.0)
+
+    # ---- flow
+    step, staleness = compose(mode, k, chunks, ro["rollout_s"], ro["rollout_bulk_s"], ro["rollout_tail_s"],
+                              tr["train_s"], sync, sw)
+    samples_s = ctx.samples / step
+    tokens_s = samples_s * (ctx.prompt_len + ctx.resp_mean)
+
+    # ---- cost
+    dp_egress = tr["dp_cross_region_bytes"] * _max_cross_egress(ctx, train_gpus > 0)
+    gpu_h = _cost.gpu_usd_h(used, ctx.price)
+    egress_h = _cost.egress_usd_h(sync_usd + dp_egress, step)
+    cost_h = gpu_h + egress_h
+
+    gb = 1e-9
+    role_peak = lambda mask, v: np.where(mask, v, 0.0).max(axis=1) * gb  # noqa: E731
+    return {
+        "throughput_samples_s": samples_s,
+        "throughput_tokens_s": tokens_s,
+        "cost_usd_h": cost_h,
+        "gpu_usd_h": gpu_h,
+        "egress_usd_h": egress_h,
+        "usd_per_1k_samples": _cost.usd_per_1k_samples(cost_h, samples_s),
+        "peak_mem_frac": peak_frac,
+        "staleness": staleness,
+        "step_s": step,
+        "rollout_s": ro["rollout_s"],
+        "rollout_bulk_s": ro["rollout_bulk_s"],
+        "rollout_tail_s": ro["rollout_tail_s"],
+        "train_s": tr["train_s"],
+        "train_compute_s": tr["train_compute_s"],
+        "dp_sync_s": tr["dp_sync_s"],
+        "optimizer_s": tr["optimizer_s"],
+        "sync_s": sync,
+        "switch_s": sw,
+        "decode_tokens_s": ro["decode_tokens_s"],
+        "rollout_engines": ro["rollout_engines"].astype(float),
+        "dp": dp.astype(float),
+        "used_gpus": used.sum(axis=1).astype(float),
+        "train_gpus": train_gpus.sum(axis=1).astype(float),
+        "rollout_gpus": roll_gpus.sum(axis=1).astype(float),
+        "peak_mem_gb_train": role_peak(train_gpus > 0, reserved),
+        "peak_mem_gb_rollout": role_peak(roll_gpus > 0, rollout_peak),
+        "train_allocated_gb": role_peak(train_gpus > 0, allocated),
+        "train_reserved_gb": role_peak(train_gpus > 0, reserved),
+        "model_states_gb": states * gb,
+        "kv_tokens_min": ro["kv_tokens_min"],
+        "kv_shortfall": kv_short,
+        "cross_region_gb_step": (sync_cross + tr["dp_cross_region_bytes"]) * gb,
+    }
+
+
+def _max_cross_egress(ctx: ModelContext, used) -> np.ndarray:
+    """Dearest $/byte between two regions the plan trains in (0 in one region)."""
+    out = np.zeros(used.shape[0])
+    regs = np.unique(ctx.region)
+    for i in regs:
+        for j in regs:
+            if i < j:
+                both = (used & (ctx.region == i)).any(axis=1) & (used & (ctx.region == j)).any(axis=1)
+                out = np.where(both, np.maximum(out, ctx.region_egress[i, j]), out)
+    return out

@@ -1,0 +1,70 @@
+"""Collective and point-to-point communication times.
+
+Sources (shared reference systems.md): ring all-reduce moves 2(n-1)/n * bytes over the slowest
+link of the ring (Metis `_get_dp_cost`, Sailor). Hierarchical (NCCL tree/ring over nodes): GPUs of
+a node first reduce over the intra-node link, then nodes all-reduce the whole gradient over their
+network interface. ZeRO-3/FSDP gathers parameters in forward and backward and reduce-scatters
+gradients: 3 x (n-1)/n x bytes instead of 2 x (ZeRO paper, Rajbhandari et al.).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ring_allreduce_s(nbytes, n, bw, latency=0.0):
+    """Ring all-reduce of `nbytes` among `n` ranks whose slowest link carries `bw` bytes/s."""
+    n = np.asarray(n, dtype=float)
+    return np.where(n > 1, 2.0 * (n - 1) / np.maximum(n, 1) * nbytes / bw + 2.0 * (n - 1) * latency, 0.0)
+
+
+def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_node, cross_bw, n_regions,
+                       zero3, latency):
+    """Data-parallel gradient synchronisation of one step.
+
+    grad_bytes: gradient bytes of one whole replica; dp: replicas; nodes: nodes the replicas span;
+    intra: slowest intra-node link (bytes/s per GPU); inter_node: slowest node NIC (bytes/s);
+    cross_bw: slowest inter-region link among the training regions; n_regions: regions spanned.
+    """
+    volume = np.where(zero3, 1.5, 1.0)  # relative to an all-reduce
+    one_node = nodes <= 1
+    # inside one node: a ring over dp ranks, each holding a 1/(tp*pp) shard
+    within = ring_allreduce_s(grad_bytes / gpus_per_replica, dp, intra, latency)
+    # across nodes: intra-node reduce, then nodes all-reduce the full gradient over their NIC
+    across = ring_allreduce_s(grad_bytes, nodes, inter_node, latency) + ring_allreduce_s(
+        grad_bytes / gpus_per_replica, np.minimum(dp, 2), intra, latency)
+    t = np.where(one_node, within, across)
+    # regions: every extra region exchanges the full gradient once each way over its link
+    t = t + np.where(n_regions > 1, 2.0 * (n_regions - 1) * grad_bytes / cross_bw, 0.0)
+    return np.where(dp > 1, volume * t, 0.0)
+
+
+def weight_sync_s(weight_bytes, src_region, engines, pool_region, region_bw, region_lat, region_egress,
+                  staged, n_regions):
+    """Trainer -> rollout engines after each update, over the slowest link of the route.
+
+    direct: every engine outside the trainers' region pulls its own full copy over the region link;
+    staged: one copy crosses to each remote region, then a pipelined broadcast fans out inside it.
+    In-region traffic is a pipelined broadcast at the region's node bandwidth (weight_bytes / bw).
+    Returns (seconds, cross-region bytes, egress $) per plan.
+    """
+    N = len(src_region)
+    t = np.zeros(N)
+    cross = np.zeros(N)
+    usd = np.zeros(N)
+    for r in range(n_regions):
+        e_r = (engines * (pool_region[None, :] == r)).sum(axis=1)
+        has = e_r > 0
+        local = src_region == r
+        link = region_bw[src_region, r]
+        lat = region_lat[src_region, r]
+        fan = region_bw[r, r]
+        in_region = weight_bytes / fan
+        copies = np.where(staged, 1.0, e_r)
+        remote = copies * weight_bytes / link + lat + np.where(staged, weight_bytes / fan, 0.0)
+        tr = np.where(local, in_region, remote)
+        t = np.maximum(t, np.where(has, tr, 0.0))
+        b = np.where(has & ~local, copies * weight_bytes, 0.0)
+        cross += b
+        usd += b * region_egress[src_region, r]
+    return t, cross, usd

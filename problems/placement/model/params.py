@@ -1,0 +1,142 @@
+"""Everything the model reads, as arrays per pool and scalars per workload, built once per problem.
+
+Efficiencies come from the GPU catalog (mfu, prefill_eff, decode_eff) and from DEFAULTS below; a
+calibration passes `efficiencies={gpu_type: {key: value}}` to override any of them per GPU type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from problems.errors import InputError
+from problems.placement.specs import Cluster, Workload
+
+# Per-GPU-type parameters beyond the catalog; each can be overridden per GPU type.
+DEFAULTS = {
+    # fixed time per decode step of an engine (scheduler, sampling, launch); 0 = pure roofline
+    "decode_step_s": 0.0,
+    # fixed time per training micro-batch per pipeline stage (launch, sync, data); fitted in the
+    # validation (benchmarks/model_validation.py) as a per-layer floor; 0 by default
+    "microbatch_s": 0.0,
+    # CUDA context + NCCL buffers + library workspaces per GPU. Sailor counts ~5 GB of fixed
+    # overhead including the allocator (systems.md); the allocator is modelled separately here.
+    "runtime_gb": 2.0,
+    # share of dynamic (activation) memory a caching allocator leaves unusable: STWeaver reports
+    # the PyTorch allocator wasting up to 43% (systems.md); 30% assumed, refit by calibration
+    "alloc_waste": 0.30,
+    # GPU <-> host copies for offload and context switching: PCIe4 x16 at ~25 GB/s achieved (assumed)
+    "host_gbs": 25.0,
+    # CPU Adam for optimizer offload: bytes of optimizer state streamed per second (assumed)
+    "cpu_adam_gbs": 10.0,
+    # latency of one collective inside a node (NCCL small-message latency; assumed ~10 us NVLink)
+    "collective_latency_s": 10e-6,
+}
+# kinds of device without separate device memory: no offload traffic when switching context
+HOST_MEMORY_KINDS = ("host-memory",)
+# overrides for CPU "devices" (the local cluster): small fixed runtime, no PCIe hop
+KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6}}
+
+EFFICIENCY_KEYS = ("mfu", "prefill_eff", "decode_eff", *DEFAULTS)
+
+
+@dataclass
+class ModelContext:
+    # pools, shape (P,)
+    count: np.ndarray
+    gpn: np.ndarray
+    flops: np.ndarray  # peak FLOP/s per GPU
+    mem: np.ndarray  # bytes per GPU
+    hbm: np.ndarray  # bytes/s per GPU
+    intra: np.ndarray  # bytes/s per GPU inside a node
+    inter: np.ndarray  # bytes/s per node between nodes of the region
+    price: np.ndarray  # $/GPU-h
+    region: np.ndarray  # region index
+    host_memory: np.ndarray  # bool: a CPU device (no offload copies)
+    eff: dict[str, np.ndarray]  # efficiency name -> (P,)
+    # regions
+    region_bw: np.ndarray  # bytes/s, diagonal = inter-node bandwidth of the region
+    region_lat: np.ndarray  # s
+    region_egress: np.ndarray  # $/byte
+    # workload scalars
+    params: float
+    layers: int
+    hidden: int
+    q_dim: int
+    ffn: int
+    vocab: int
+    params_per_layer: float
+    embedding_params: float
+    kv_bytes_per_token: float
+    bpe: int  # bytes per element of weights and activations
+    samples: int
+    prompt_len: int
+    resp_mean: int
+    resp_max: int
+    has_reference: bool
+    has_critic: bool
+
+    @property
+    def n_pools(self) -> int:
+        return len(self.count)
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.bpe
+
+
+def build_context(cluster: Cluster, workload: Workload,
+                  efficiencies: dict[str, dict[str, float]] | None = None) -> ModelContext:
+    pools = cluster.pools
+    efficiencies = efficiencies or {}
+    names = {p.gpu.name for p in pools}
+    for gpu, over in efficiencies.items():
+        if gpu not in names:
+            raise InputError(None, f"efficiencies.{gpu}", "not a GPU type of this cluster", ", ".join(sorted(names)))
+        for key, value in over.items():
+            if key not in EFFICIENCY_KEYS:
+                raise InputError(None, f"efficiencies.{gpu}.{key}", "unknown efficiency", ", ".join(EFFICIENCY_KEYS))
+            if not np.isfinite(value) or value < 0 or (key in ("mfu", "prefill_eff", "decode_eff") and not 0 < value <= 1):
+                raise InputError(None, f"efficiencies.{gpu}.{key}", f"got {value!r}", "a finite number >= 0 (efficiencies in (0, 1])")
+    eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
+    for p in pools:
+        row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS}
+        row.update(KIND_DEFAULTS.get(p.gpu.intra_node.kind, {}))
+        row.update(efficiencies.get(p.gpu.name, {}))
+        for k in EFFICIENCY_KEYS:
+            eff[k].append(float(row[k]))
+    m = workload.model
+    arr = lambda f, dtype=float: np.array([f(p) for p in pools], dtype=dtype)  # noqa: E731
+    return ModelContext(
+        count=arr(lambda p: p.count, np.int64),
+        gpn=arr(lambda p: p.gpus_per_node, np.int64),
+        flops=arr(lambda p: p.gpu.tflops * 1e12),
+        mem=arr(lambda p: p.gpu.memory_gb * 1e9),
+        hbm=arr(lambda p: p.gpu.bandwidth_tbs * 1e12),
+        intra=arr(lambda p: p.intra_gbs * 1e9),
+        inter=arr(lambda p: p.inter_gbs * 1e9),
+        price=arr(lambda p: p.gpu.price_usd_h),
+        region=arr(lambda p: cluster.region_index(p.region), np.int64),
+        host_memory=arr(lambda p: p.gpu.intra_node.kind in HOST_MEMORY_KINDS, bool),
+        eff={k: np.array(v) for k, v in eff.items()},
+        region_bw=cluster.region_bw * 1e9,
+        region_lat=cluster.region_latency.copy(),
+        region_egress=cluster.region_egress / 1e9,
+        params=float(m.params),
+        layers=m.layers,
+        hidden=m.hidden,
+        q_dim=m.heads * m.hd,
+        ffn=m.ffn,
+        vocab=m.vocab,
+        params_per_layer=float(m.params_per_layer),
+        embedding_params=float(m.embedding_params),
+        kv_bytes_per_token=float(m.kv_bytes_per_token(workload.bytes_per_param)),
+        bpe=workload.bytes_per_param,
+        samples=workload.samples_per_step,
+        prompt_len=workload.prompt_len,
+        resp_mean=workload.response_mean,
+        resp_max=workload.response_max,
+        has_reference=workload.has_reference,
+        has_critic=workload.has_critic,
+    )

@@ -1,0 +1,128 @@
+"""Training time of one RL step: forward/backward passes, pipeline bubble, TP and DP communication.
+
+Sources (shared reference systems.md):
+- training FLOPs ~ 6 * params * tokens (forward 2, backward 4); full recomputation adds a forward;
+  attention adds 4 * q_dim * context per token and layer per forward (Narayanan et al.:
+  72*B*s*h^2*(1 + s/(6h) + ...)).
+- RL adds forward-only passes: old log-probs of the actor (verl recomputes them each step), the
+  frozen reference (KL term; PPO), and for PPO a critic trained like the actor plus its value pass.
+- time = FLOPs / (peak * MFU) per GPU type; pipeline bubble: (m + p - 1) micro-batch slots for m
+  micro-batches on p stages (GPipe/1F1B, Metis); TP: two all-reduces of the activations per layer
+  per forward and two per backward (Megatron-LM).
+- the step's samples are split over data-parallel replicas in proportion to replica speed, so
+  unequal GPU types finish together (up to whole micro-batches).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
+from problems.placement.model.memory import SHARD_FSDP, SHARD_NONE, SHARD_Z3, state_bytes_per_param, stage_params
+from problems.placement.model.params import ModelContext
+from problems.placement.model.rollout import attn_flops_per_token
+
+
+def pass_counts(ctx: ModelContext, recompute):
+    """(forward passes, backward passes) per sample and step, as multiples of one actor forward."""
+    rec = recompute.astype(float)
+    fwd = 1.0 + rec + 1.0 + ctx.has_reference  # actor fwd (+recompute) + old log-probs (+ reference)
+    bwd = 1.0
+    if ctx.has_critic:
+        fwd = fwd + 1.0 + rec + 1.0  # critic fwd (+recompute) + value pass
+        bwd = bwd + 1.0
+    return fwd, bwd
+
+
+def layer_fwd_flops(ctx: ModelContext, tokens_per_seq, seqs):
+    """FLOPs of one transformer layer's forward for `seqs` sequences (validated against profiles)."""
+    return seqs * tokens_per_seq * (2.0 * ctx.params_per_layer + 4.0 * ctx.q_dim * tokens_per_seq / 2.0)
+
+
+def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
+    e = ctx.eff
+    tp, pp, mb = f["tp"], f["pp"], f["micro_batch"]
+    g = tp * pp
+    gpus = f["train_gpus"] + f["shared_gpus"]  # (N, P)
+    reps = gpus // g[:, None]
+    dp = reps.sum(axis=1)
+    tok = ctx.prompt_len + ctx.resp_mean
+    fwd_tok = 2.0 * ctx.params + attn_flops_per_token(ctx, tok / 2.0)  # FLOPs per token, one forward
+    n_fwd, n_bwd = pass_counts(ctx, f["recompute"])
+    flops_sample = tok * fwd_tok * (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))
+    speed = g[:, None] * ctx.flops * e["mfu"]  # FLOP/s of one replica per pool
+    total_speed = np.maximum((reps * speed).sum(axis=1), 1e-30)
+    share = np.where(reps > 0, ctx.samples * speed / total_speed[:, None], 0.0)  # samples per replica
+    # micro-batches per replica and chunk; a chunk's partial micro-batch still costs a slot
+    per_chunk = share / chunks[:, None]
+    m = np.ceil(per_chunk / mb[:, None])
+    mb_eff = np.minimum(mb[:, None], np.maximum(per_chunk, 1.0))
+    # per-stage compute of one micro-batch: its FLOPs over the stage's tp GPUs
+    slot = mb_eff * flops_sample[:, None] / (pp[:, None] * tp[:, None] * ctx.flops * e["mfu"])
+    n_ar = 2.0 * (n_fwd + n_bwd)  # activation all-reduces per layer and micro-batch
+    act_bytes = mb_eff * tok * ctx.hidden * ctx.bpe
+    layers_stage = np.ceil(ctx.layers / pp)
+    tp_comm = np.where(tp[:, None] > 1, (n_ar * layers_stage)[:, None]
+                       * ring_allreduce_s(act_bytes, tp[:, None], ctx.intra, e["collective_latency_s"]), 0.0)
+    # pipeline p2p: activations forward and gradients back at each stage boundary
+    spans = g[:, None] > ctx.gpn
+    p2p_bw = np.where(spans, ctx.inter / ctx.gpn, ctx.intra)
+    p2p = np.where(pp[:, None] > 1, 2.0 * act_bytes / tp[:, None] / p2p_bw, 0.0)
+    slot = slot + tp_comm + p2p + e["microbatch_s"]
+    per_pool = np.where(reps > 0, chunks[:, None] * (m + pp[:, None] - 1) * slot, 0.0)
+    compute = per_pool.max(axis=1)
+
+    # gradient synchronisation over all replicas (actor, + critic for PPO)
+    w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
+    models = 1.0 + ctx.has_critic
+    grad_bytes = ctx.params * g_b * models
+    nodes = np.ceil(gpus / ctx.gpn).sum(axis=1)
+    used = gpus > 0
+    intra_min = np.where(used, ctx.intra, np.inf).min(axis=1)
+    inter_min = np.where(used, ctx.inter, np.inf).min(axis=1)
+    regions = _regions_used(ctx, used)
+    cross_bw = _slowest_cross(ctx, used)
+    zero3 = (f["sharding"] == SHARD_Z3) | (f["sharding"] == SHARD_FSDP)
+    lat = e["collective_latency_s"].max()
+    dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat)
+    # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
+    # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
+    psh = stage_params(ctx, pp) / tp
+    o_div = np.where(f["sharding"] == SHARD_NONE, 1.0, np.maximum(dp, 1))
+    shard = psh / o_div * models
+    hbm_min = np.where(used, ctx.hbm * e["decode_eff"], np.inf).min(axis=1)
+    host = np.where(used, e["host_gbs"] * 1e9, np.inf).min(axis=1)
+    cpu = np.where(used, e["cpu_adam_gbs"] * 1e9, np.inf).min(axis=1)
+    on_gpu = shard * 2.0 * (w_b + g_b + o_b) / hbm_min
+    off = shard * (g_b + w_b) / host + shard * 2.0 * o_b / cpu
+    opt = np.where(f["optimizer_offload"].astype(bool), off, on_gpu)
+    return {
+        "train_compute_s": compute,
+        "dp_sync_s": dp_sync,
+        "optimizer_s": opt,
+        "train_s": compute + dp_sync + opt,
+        "dp": dp,
+        "micro_batches": m,
+        "train_flops": flops_sample * ctx.samples,
+        "dp_cross_region_bytes": np.where((regions > 1) & (dp > 1), 2.0 * (regions - 1) * grad_bytes, 0.0),
+        "train_regions": regions,
+    }
+
+
+def _regions_used(ctx: ModelContext, used) -> np.ndarray:
+    n = np.zeros(used.shape[0])
+    for r in np.unique(ctx.region):
+        n += (used & (ctx.region == r)).any(axis=1)
+    return n
+
+
+def _slowest_cross(ctx: ModelContext, used) -> np.ndarray:
+    """Slowest link between any two regions the plan trains in (inf when one region)."""
+    bw = np.full(used.shape[0], np.inf)
+    regs = np.unique(ctx.region)
+    for i in regs:
+        for j in regs:
+            if i < j:
+                both = (used & (ctx.region == i)).any(axis=1) & (used & (ctx.region == j)).any(axis=1)
+                bw = np.where(both, np.minimum(bw, ctx.region_bw[i, j]), bw)
+    return bw

@@ -1,0 +1,155 @@
+"""The placement problem as a vectorised pymoo Problem with a structural Repair.
+
+Objectives (all minimised), in this order: OBJECTIVES =
+    -throughput_samples_s, cost_usd_h, peak_mem_frac, staleness
+Inequality constraints (G <= 0 is feasible), in this order: CONSTRAINTS =
+    mem_fits          peak memory fraction on the most loaded GPU - max_mem_frac
+    kv_fits           (tokens of one longest sample - KV tokens of the smallest engine) / that
+    max_cost          (cost - max_cost_usd_h) / max_cost_usd_h            (-1 without a limit)
+    min_throughput    (min_throughput - throughput) / min_throughput     (-1 without a limit)
+    max_staleness     staleness - max_staleness                          (-1 without a limit)
+    structure         1 if the repaired vector is still not a valid plan, else 0
+`_evaluate` repairs its input first (repair is idempotent), so any vector gets a meaningful score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from pymoo.core.problem import Problem
+from pymoo.core.repair import Repair
+
+from problems.placement import model as _model
+from problems.placement.encoding import Layout
+from problems.placement.model.params import ModelContext
+from problems.placement.plan import Plan, SpecRef, file_sha256
+from problems.placement.specs import Cluster, Workload, load_cluster, load_workload
+
+OBJECTIVES = ("neg_throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
+CONSTRAINTS = ("mem_fits", "kv_fits", "max_cost", "min_throughput", "max_staleness", "structure")
+# keys of Plan.predicted besides the whole evaluate_matrix breakdown
+PREDICTED_OBJECTIVES = ("throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
+
+
+def _spec_ref(name: str, path: str) -> SpecRef:
+    p = Path(path)
+    sha = file_sha256(p) if p.is_file() else "0" * 64
+    return SpecRef(name=name, path=str(path), sha256=sha)
+
+
+class PlacementRepair(Repair):
+    """Rounds integer variables, clips to bounds and makes every vector a structurally valid plan."""
+
+    def _do(self, problem, X, **kwargs):
+        return problem.layout.repair(np.asarray(X, dtype=float))
+
+
+class PlacementProblem(Problem):
+    """Placement of one RL workload on one cluster; evaluates whole populations as arrays.
+
+    Variables: see `problems.placement.encoding` (integer-valued except kv_mem_frac; use
+    `problem.repair()` or `PlacementRepair` with any pymoo algorithm).
+    """
+
+    def __init__(self, cluster: Cluster, workload: Workload, *, max_cost_usd_h: float | None = None,
+                 min_throughput: float | None = None, max_staleness: float | None = None,
+                 max_mem_frac: float = 1.0, efficiencies: dict[str, dict[str, float]] | None = None):
+        self.cluster = cluster
+        self.workload = workload
+        self.limits = {"max_cost_usd_h": max_cost_usd_h, "min_throughput": min_throughput,
+                       "max_staleness": max_staleness, "max_mem_frac": max_mem_frac}
+        self.efficiencies = efficiencies or {}
+        self.layout = Layout.build(cluster, workload)
+        self.ctx: ModelContext = _model.build_context(cluster, workload, self.efficiencies)
+        self.cluster_ref = _spec_ref(cluster.name, cluster.path)
+        self.workload_ref = _spec_ref(workload.name, workload.path)
+        xl, xu = self.layout.bounds()
+        super().__init__(n_var=self.layout.n_var, n_obj=len(OBJECTIVES), n_ieq_constr=len(CONSTRAINTS),
+                         xl=xl, xu=xu, vtype=float, elementwise=False)
+
+    @classmethod
+    def from_files(cls, cluster_path: str | Path, workload_path: str | Path, **limits) -> "PlacementProblem":
+        return cls(load_cluster(cluster_path), load_workload(workload_path), **limits)
+
+    # ------------------------------------------------------------ pymoo
+    def repair(self) -> PlacementRepair:
+        return PlacementRepair()
+
+    @property
+    def var_names(self) -> list[str]:
+        return self.layout.names([p.id for p in self.cluster.pools])
+
+    @property
+    def integer_mask(self) -> np.ndarray:
+        return self.layout.integer_mask()
+
+    def _evaluate(self, X, out, *args, **kwargs):
+        r = self.evaluate_matrix(X)
+        out["F"] = objectives(r)
+        out["G"] = self._constraints(r)
+
+    def _constraints(self, r: dict[str, np.ndarray]) -> np.ndarray:
+        lim = self.limits
+        n = len(r["step_s"])
+        none = np.full(n, -1.0)
+        cost = (r["cost_usd_h"] - lim["max_cost_usd_h"]) / lim["max_cost_usd_h"] if lim["max_cost_usd_h"] else none
+        thr = ((lim["min_throughput"] - r["throughput_samples_s"]) / lim["min_throughput"]
+               if lim["min_throughput"] else none)
+        stale = r["staleness"] - lim["max_staleness"] if lim["max_staleness"] is not None else none
+        return np.column_stack([r["peak_mem_frac"] - lim["max_mem_frac"], r["kv_shortfall"], cost, thr, stale,
+                                r["structure"]])
+
+    # ------------------------------------------------------------ evaluation
+    def evaluate_matrix(self, X) -> dict[str, np.ndarray]:
+        """Full named breakdown (N,) for a population; repairs X first (see `structure`)."""
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        R = self.layout.repair(X)
+        f = self.layout.fields(R)
+        r = _model.evaluate(self.ctx, f)
+        r["structure"] = self._structure_violation(f)
+        r["repaired"] = np.any(np.abs(R - X) > 1e-9, axis=1).astype(float)
+        r["feasible"] = (self._constraints(r) <= 0).all(axis=1).astype(float)
+        return r
+
+    def _structure_violation(self, f) -> np.ndarray:
+        g = f["tp"] * f["pp"]
+        train = f["train_gpus"] + f["shared_gpus"]
+        used = f["rollout_gpus"] + f["train_gpus"] + f["shared_gpus"]
+        engines = (f["rollout_gpus"] + f["shared_gpus"]) // f["rollout_tp"]
+        bad = ((train % g[:, None]) != 0).any(axis=1)
+        bad |= (used > self.layout.counts).any(axis=1)
+        bad |= engines.sum(axis=1) < 1
+        bad |= train.sum(axis=1) < 1
+        bad |= ((train > 0) & (f["tp"][:, None] > self.layout.gpn)).any(axis=1)
+        return bad.astype(float)
+
+    def evaluate_plans(self, plans: list[Plan]) -> dict[str, np.ndarray]:
+        return self.evaluate_matrix(np.array([self.encode(p) for p in plans]))
+
+    # ------------------------------------------------------------ plans
+    def encode(self, plan: Plan) -> np.ndarray:
+        return self.layout.from_plan(plan, self.cluster)
+
+    def decode(self, x, plan_id: str | None = None, lifetime: bool = True) -> Plan:
+        """A repaired vector as a Plan, with the model's predictions in `predicted`."""
+        x = self.layout.repair(np.asarray(x, dtype=float))[0]
+        r = self.evaluate_matrix(x[None, :])
+        pred = {k: float(v[0]) for k, v in r.items()}
+        if lifetime:
+            pred.update(self.lifetime_peak(x))
+        pid = plan_id or "p" + hashlib.sha1(np.round(x, 6).tobytes()).hexdigest()[:10]
+        return self.layout.to_plan(x, self.cluster, self.cluster_ref, self.workload_ref, pid, pred)
+
+    def lifetime_peak(self, x) -> dict[str, float]:
+        """Offline lifetime-planned vs caching-allocator peak of one training iteration (GB)."""
+        from problems.placement.model.lifetime import iteration_peaks
+
+        f = {k: v[0] for k, v in self.layout.fields(np.atleast_2d(x)).items()}
+        return iteration_peaks(self.ctx, f)
+
+
+def objectives(r: dict[str, np.ndarray]) -> np.ndarray:
+    """The (N, 4) minimised objective matrix from an evaluate_matrix result."""
+    return np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
