@@ -12,6 +12,7 @@ from problems.errors import InputError
 COMMANDS = [
     "inspect",
     "export",
+    "train",
 ]
 
 

@@ -1,8 +1,9 @@
 """RL losses on token tensors: GRPO, PPO with a critic, and AReaL's decoupled objective.
 
-Shapes: B sequences x T response tokens; `mask` is 1 on real response tokens. Every loss returns
-the SUM over masked tokens; the caller divides by the token count of the whole global batch so
-micro-batching and data parallelism do not change the gradient (token-mean, as DAPO/verl).
+Shapes: B sequences x T positions; `mask` is 0 off the response and a per-token weight on it
+(1, or 1/len(sequence) for the GRPO paper's sequence mean). Every loss returns the weighted SUM;
+the caller divides by the number of sequences in the whole global batch, so micro-batching, chunked
+(pipelined) arrival and data parallelism do not change the gradient.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
 
 
 def terminal_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Put each sequence's scalar reward on its last real response token."""
+    """Put each sequence's scalar reward on its last real response token (mask may start anywhere)."""
     out = torch.zeros_like(mask, dtype=torch.float32)
-    last = (mask.sum(dim=1).long() - 1).clamp(min=0)
+    last = ((mask > 0) * torch.arange(1, mask.shape[1] + 1)).argmax(dim=1)
     out[torch.arange(mask.shape[0]), last] = rewards.to(torch.float32)
     return out * mask
 

@@ -43,7 +43,7 @@ def build_tokenizer():
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("(?s)."), behavior="isolated")
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
@@ -95,6 +95,23 @@ def resolve_model(name: str) -> Path:
         raise InputError(None, "model", f"{name!r} is neither 'tiny' nor a local model directory with config.json",
                          "'tiny' or a path to a Hugging Face causal-LM directory")
     return path
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer of a model directory.
+
+    The tiny tokenizer is loaded as the plain fast tokenizer: AutoTokenizer would pick the Qwen2
+    tokenizer class from the model type and replace the character-level pre-tokenizer.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(path)
+    if (path / "MOSEARCH_TINY.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+    tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
 
 
 def architecture(path: Path) -> dict:

@@ -1,0 +1,59 @@
+"""`mosearch train --plan P`: run RL post-training with the placement a plan describes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("train", help="run GRPO/PPO training on Ray with vLLM rollouts, as a plan says",
+                              description="Run distributed RL training (vLLM rollouts, PyTorch training on Ray) "
+                                          "with the placement of a plan file.")
+    p.add_argument("--plan", required=True, help="plan file written by `mosearch pick`")
+    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--out", default=None, help="run directory (default runs/<plan_id>)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--emulate", action="store_true",
+                   help="run a plan made for another cluster on this machine, scaled down (GPU types emulated)")
+    p.add_argument("--model", default="tiny", help="'tiny' (built locally) or a local Hugging Face model directory")
+    p.add_argument("--task", default="arithmetic", help="arithmetic | sorting | counting | jsonl:PATH")
+    p.add_argument("--reward", default=None, help="reward function module:function for a user task")
+    p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"])
+    p.add_argument("--prompts-per-step", type=int, default=32)
+    p.add_argument("--group-size", type=int, default=8, help="samples per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--kl-coef", type=float, default=0.0, help="> 0 adds KL to the initial model")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--eval-size", type=int, default=128)
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--warm-start-steps", type=int, default=0, help="supervised steps on the task before RL (tiny demo)")
+    p.add_argument("--backend", default="vllm", choices=["vllm", "hf"], help="rollout engine (hf: tests only)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from problems.placement.plan import load_plan
+    from trainer.driver import RunConfig, comparison_table
+    from trainer.driver import run as train
+
+    plan = load_plan(args.plan)
+    cfg = RunConfig(
+        plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, model=args.model, task=args.task,
+        reward=args.reward, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, algo=args.algo, lr=args.lr,
+        kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
+        checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
+        warm_start_steps=args.warm_start_steps, progress=not args.no_progress,
+    )
+    summary = train(cfg, log=lambda m: print(m, file=sys.stderr))
+    print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
+          f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
+    print(f"{'figure':<24}{'predicted':>12}{'measured':>12}")
+    for name, pred, meas in comparison_table(summary):
+        print(f"{name:<24}{pred:>12}{meas:>12}")
+    return 130 if summary["status"] == "interrupted" else 0

@@ -1,0 +1,94 @@
+"""A vLLM engine: generates n samples per prompt with behaviour log-probs, takes new weights.
+
+Hosted in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that one Ray actor is one engine. Weights
+are synchronised with `collective_rpc` -> `worker.reload_weights`, fed the FULL state dict of the
+trainer's model (named_parameters() would omit the tied lm_head.weight). On CUDA the engine uses
+vLLM sleep mode for the colocated context switch; vLLM ignores sleep mode on CPU, so there the
+switch only drops the prefix cache and the trainer side does the offload (see workers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from trainer.rollout.common import result, rss_gb
+
+
+def _reload(worker, items):
+    # Runs inside vLLM's worker: load a full state dict in place (fp32 on CPU, the engine's dtype on GPU).
+    worker.reload_weights(weights_iterator=iter(items))
+    return True
+
+
+class VLLMEngine:
+    def __init__(self, model_path: str, tp: int = 1, kv_mem_frac: float = 0.5, max_num_seqs: int = 64,
+                 max_model_len: int = 256, seed: int = 0, eos_id: int | None = None, kv_cpu_gib: int = 1,
+                 **_unused):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cpu_gib))
+        import torch
+        from vllm import LLM
+
+        self.cuda = torch.cuda.is_available()
+        kwargs = dict(model=str(model_path), tensor_parallel_size=tp if self.cuda else 1, max_num_seqs=max_num_seqs,
+                      max_model_len=max_model_len, seed=seed, skip_tokenizer_init=True)
+        if self.cuda:
+            kwargs.update(gpu_memory_utilization=kv_mem_frac, enable_sleep_mode=True, dtype="bfloat16")
+        else:
+            kwargs.update(dtype="float32")  # fp32 so behaviour log-probs match the trainer's
+        self.llm = LLM(**kwargs)
+        self.eos_id = eos_id
+        self.version = 0
+        self.asleep = False
+        self.tp = kwargs["tensor_parallel_size"]
+
+    def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 seed: int | None = None) -> dict:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=seed,
+                            stop_token_ids=[self.eos_id] if self.eos_id is not None else None, detokenize=False)
+        version, t0 = self.version, time.perf_counter()
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        comps, lps = [], []
+        for out in outs:
+            for o in sorted(out.outputs, key=lambda o: o.index):
+                ids = list(o.token_ids)
+                comps.append(ids)
+                lps.append([o.logprobs[i][tok].logprob for i, tok in enumerate(ids)])
+        return result(version, comps, lps, time.perf_counter() - t0, sum(len(p) for p in prompts))
+
+    def update_weights(self, items: list, version: int) -> float:
+        t0 = time.perf_counter()
+        self.llm.collective_rpc(_reload, args=(items,))
+        self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
+        self.version = version
+        return time.perf_counter() - t0
+
+    def sleep(self) -> float:
+        t0 = time.perf_counter()
+        if self.cuda:
+            self.llm.sleep(level=1)
+        else:
+            self.llm.reset_prefix_cache()
+        self.asleep = True
+        return time.perf_counter() - t0
+
+    def wake_up(self) -> float:
+        t0 = time.perf_counter()
+        if self.cuda and self.asleep:
+            self.llm.wake_up()
+        self.asleep = False
+        return time.perf_counter() - t0
+
+    def get_version(self) -> int:
+        return self.version
+
+    def memory(self) -> dict:
+        import torch
+
+        if self.cuda:
+            return {"rollout_gpu_gb": torch.cuda.max_memory_allocated() / 2**30, "rollout_rss_gb": rss_gb()}
+        return {"rollout_rss_gb": rss_gb()}
