@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
 from problems.placement.specs import load_cluster, load_workload
@@ -70,25 +69,13 @@ def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload
     return ExportContext(**fields)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     plan_path = Path(args.plan)
     plan = load_plan(plan_path)
     ctx = build_context(plan, plan_path, args.cluster, args.workload)
     text = render(args.to, plan, ctx)
     if args.out:
-        write_atomic(Path(args.out), text)
+        atomic_write_text(args.out, text)
     else:
         sys.stdout.write(text)
     return 0

@@ -19,8 +19,11 @@ def _train_backend(plan: Plan) -> str:
 
 
 def _rollout_backend(plan: Plan) -> str:
-    tp, _ = L.rollout_tp(plan)
-    return f"vllm:d{plan.rollout_engines}t{tp}"
+    tp, same = L.rollout_tp(plan)
+    # one TP for all engines: with mixed TP sizes, as many engines of the chosen TP as the GPUs hold
+    d = plan.rollout_engines if same else sum(
+        p.rollout_gpus + p.shared_gpus for p in plan.pools if p.rollout_engines) // tp
+    return f"vllm:d{d}t{tp}"
 
 
 def export(plan: Plan, ctx: ExportContext | None = None) -> dict:

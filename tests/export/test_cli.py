@@ -1,0 +1,68 @@
+"""`mosearch export` end to end: files in, YAML out, one-line errors."""
+
+from __future__ import annotations
+
+import yaml
+
+from mosearch.cli import main
+
+
+def _write(tmp_path, plan, name="plan.yaml"):
+    path = tmp_path / name
+    path.write_text(plan.to_yaml())
+    return path
+
+
+def test_export_to_file_reads_the_cluster_the_plan_names(tmp_path, hetero_disagg, capsys):
+    out = tmp_path / "sub" / "areal.yaml"
+    assert main(["export", str(_write(tmp_path, hetero_disagg)), "--to", "areal", "--out", str(out)]) == 0
+    cfg = yaml.safe_load(out.read_text())
+    assert cfg["allocation_mode"] == "vllm:d16t2+fsdp:d8t2"
+    assert cfg["train_dataset"]["batch_size"] == 128  # from the workload file the plan names
+    assert capsys.readouterr().out == ""  # --out: nothing on stdout
+    assert [p.name for p in out.parent.iterdir()] == ["areal.yaml"]  # no temp file left
+
+
+def test_export_to_stdout(tmp_path, async_plan, capsys):
+    assert main(["export", str(_write(tmp_path, async_plan)), "--to", "rlinf"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert cfg["cluster"]["component_placement"]["actor"] == "24-31"
+
+
+def test_missing_specs_fall_back_with_a_warning(tmp_path, colocated, capsys):
+    plan = colocated.model_copy(update={
+        "cluster": colocated.cluster.model_copy(update={"path": "gone/cluster.yaml"}),
+        "workload": colocated.workload.model_copy(update={"path": "gone/workload.yaml"}),
+    })
+    assert main(["export", str(_write(tmp_path, plan)), "--to", "verl"]) == 0
+    captured = capsys.readouterr()
+    assert "assuming 8 GPUs per node" in captured.err
+    cfg = yaml.safe_load(captured.out)["config"]
+    assert cfg["trainer"] == {"nnodes": 2, "n_gpus_per_node": 8}
+    assert "data" not in cfg  # no workload: no batch sizes invented
+
+
+def test_bad_plan_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("plan_id: x\npools: 3\n")
+    assert main(["export", str(bad), "--to", "verl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mosearch: ") and str(bad) in err and "\n" not in err
+
+
+def test_pool_missing_from_cluster_is_refused(tmp_path, hetero_disagg, capsys):
+    other = tmp_path / "cluster.yaml"
+    other.write_text("name: small\nregions: {us-east: {inter_node_gbs: 50}}\n"
+                     "node_groups: [{gpu: H100, nodes: 2, gpus_per_node: 8, region: us-east}]\n")
+    rc = main(["export", str(_write(tmp_path, hetero_disagg)), "--to", "rlinf", "--cluster", str(other)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "pools[2].pool" in err and "'L40S@eu-west' is not in cluster" in err
+
+
+def test_plan_using_more_gpus_than_the_cluster_has_is_refused(tmp_path, colocated, capsys):
+    small = tmp_path / "cluster.yaml"
+    small.write_text("name: small\nregions: {eu-west: {inter_node_gbs: 25}}\n"
+                     "node_groups: [{gpu: A100-80G, nodes: 1, gpus_per_node: 8, region: eu-west}]\n")
+    assert main(["export", str(_write(tmp_path, colocated)), "--to", "areal", "--cluster", str(small)]) == 2
+    assert "uses 16 GPUs of A100-80G@eu-west" in capsys.readouterr().err

@@ -1,0 +1,179 @@
+"""Exported keys checked against values worked out by hand from the fixture plans."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from trainer.export import EXPORTERS, NOTES, render
+from trainer.export import layout as L
+
+from .conftest import make_plan, pool
+
+
+def test_registry_names_three_targets():
+    assert sorted(EXPORTERS) == ["areal", "rlinf", "verl"] == sorted(NOTES)
+
+
+@pytest.mark.parametrize("target", ["verl", "areal", "rlinf"])
+@pytest.mark.parametrize("which", ["hetero_disagg", "colocated", "async_plan"])
+def test_every_exporter_handles_every_mode(target, which, request, ctx):
+    plan = request.getfixturevalue(which)
+    text = render(target, plan, ctx)
+    assert text.startswith(f"# {target} configuration")
+    data = yaml.safe_load(text)
+    assert data == EXPORTERS[target](plan, ctx)  # the YAML is exactly the exporter's dict
+    assert all(isinstance(n, str) and n for n in NOTES[target](plan, ctx))
+    # exporters are pure: no context still gives a config (8 GPUs per node assumed)
+    assert isinstance(EXPORTERS[target](plan, None), dict)
+
+
+# ------------------------------------------------------------------ heterogeneous, disaggregated
+
+def test_verl_hetero_disaggregated(hetero_disagg, ctx):
+    out = EXPORTERS["verl"](hetero_disagg, ctx)
+    cfg = out["config"]
+    assert cfg["trainer"] == {"nnodes": 2, "n_gpus_per_node": 8}  # 16 H100
+    assert cfg["rollout"] == {"nnodes": 4, "n_gpus_per_node": 8}  # 32 L40S
+    assert out["resource_pool_manager"]["resource_pool_spec"] == {"rollout_pool": [8, 8, 8, 8], "trainer_pool": [8, 8]}
+    assert out["resource_pool_manager"]["mapping"]["Rollout"] == "rollout_pool"
+    assert out["resource_pool_manager"]["mapping"]["Actor"] == "trainer_pool"
+    assert out["gpu_types"]["trainer_pool"] == ["H100@us-east x8"] * 2
+    arr = cfg["actor_rollout_ref"]
+    assert arr["hybrid_engine"] is False
+    assert arr["rollout"]["tensor_model_parallel_size"] == 2
+    assert arr["rollout"]["gpu_memory_utilization"] == 0.85
+    assert arr["rollout"]["n"] == 8
+    assert arr["actor"]["strategy"] == "megatron"  # train TP 2 needs Megatron in verl
+    assert arr["actor"]["megatron"]["tensor_model_parallel_size"] == 2
+    assert arr["actor"]["ppo_mini_batch_size"] == 32  # 128 prompts in 4 streamed chunks
+    assert arr["actor"]["ppo_micro_batch_size_per_gpu"] == 2
+    assert cfg["async_training"]["staleness_threshold"] == 0.0
+    assert cfg["async_training"]["trigger_parameter_sync_step"] == 4
+    assert cfg["async_training"]["partial_rollout"] is False
+    assert cfg["data"]["train_batch_size"] == 128
+    assert any("cannot name a GPU type" in n for n in NOTES["verl"](hetero_disagg, ctx))
+
+
+def test_areal_hetero_disaggregated(hetero_disagg, ctx):
+    cfg = EXPORTERS["areal"](hetero_disagg, ctx)
+    assert cfg["rollout"]["backend"] == "vllm:d16t2"  # 32 L40S / TP 2
+    assert cfg["actor"]["backend"] == "fsdp:d8t2"
+    assert cfg["allocation_mode"] == "vllm:d16t2+fsdp:d8t2"
+    assert cfg["rollout"]["max_head_offpolicyness"] == 0
+    assert cfg["cluster"] == {"n_nodes": 6, "n_gpus_per_node": 8}
+    assert cfg["actor"]["use_decoupled_loss"] is False
+    assert "scheduling_strategy" not in cfg["rollout"]
+    assert cfg["gconfig"]["n_samples"] == 8
+
+
+def test_rlinf_hetero_disaggregated(hetero_disagg, ctx):
+    cfg = EXPORTERS["rlinf"](hetero_disagg, ctx)
+    cl = cfg["cluster"]
+    assert cl["num_nodes"] == 6
+    assert cl["component_placement"] == {"rollout,reward": "0-31", "actor": "32-47"}
+    assert cl["node_groups"] == [{"label": "l40s-eu-west", "node_ranks": "0-3"},
+                                 {"label": "h100-us-east", "node_ranks": "4-5"}]
+    assert cfg["rollout"]["tensor_parallel_size"] == 2
+    assert cfg["rollout"]["rollout_backend"] == "vllm"
+    assert cfg["actor"]["training_backend"] == "megatron"
+    assert cfg["actor"]["enable_offload"] is False
+    assert "staleness_threshold" not in cfg["algorithm"]
+
+
+# ------------------------------------------------------------------ colocated
+
+def test_verl_colocated(colocated, ctx):
+    out = EXPORTERS["verl"](colocated, ctx)
+    cfg = out["config"]
+    assert cfg["trainer"] == {"nnodes": 2, "n_gpus_per_node": 8}
+    assert "rollout" not in cfg and "async_training" not in cfg
+    assert out["resource_pool_manager"] == {"resource_pool_spec": {"global_pool": [8, 8]},
+                                            "mapping": {"ActorRollout": "global_pool", "RefPolicy": "global_pool"}}
+    arr = cfg["actor_rollout_ref"]
+    assert arr["hybrid_engine"] is True and arr["rollout"]["free_cache_engine"] is True
+    assert arr["rollout"]["tensor_model_parallel_size"] == 4
+    assert arr["actor"]["strategy"] == "fsdp2"
+    assert arr["actor"]["fsdp_config"] == {"fsdp_size": -1, "reshard_after_forward": True,
+                                           "param_offload": False, "optimizer_offload": True}
+    assert arr["actor"]["ppo_mini_batch_size"] == 128
+
+
+def test_areal_colocated(colocated, ctx):
+    cfg = EXPORTERS["areal"](colocated, ctx)
+    assert cfg["allocation_mode"] == "vllm:d4t4|fsdp:d16t1"  # '|' = colocation in AReaL's grammar
+    assert cfg["rollout"]["scheduling_strategy"] == {"type": "colocation", "target": "actor"}
+    assert cfg["rollout"]["max_head_offpolicyness"] == 0
+    assert cfg["enable_offload"] is True and cfg["vllm"]["enable_sleep_mode"] is True
+    assert cfg["vllm"]["gpu_memory_utilization"] == 0.5
+    assert cfg["actor"]["offload"] is True
+
+
+def test_rlinf_colocated(colocated, ctx):
+    cfg = EXPORTERS["rlinf"](colocated, ctx)
+    assert cfg["cluster"]["component_placement"] == {"actor,rollout,reward": "all"}
+    assert cfg["cluster"]["num_nodes"] == 2
+    assert cfg["actor"]["enable_offload"] is True
+    assert cfg["actor"]["fsdp_config"]["sharding_strategy"] == "full_shard"
+    assert cfg["rollout"]["tensor_parallel_size"] == 4
+
+
+def test_partial_colocation_gives_ranges_and_uneven_nodes(ctx):
+    plan = make_plan("part", [pool("A100-80G@eu-west", shared=12, tp=4)],
+                     {"dp": 12, "tp": 1, "pp": 1, "micro_batch": 1}, "colocated")
+    assert EXPORTERS["rlinf"](plan, ctx)["cluster"]["component_placement"] == {"actor,rollout,reward": "0-11"}
+    out = EXPORTERS["verl"](plan, ctx)
+    assert out["resource_pool_manager"]["resource_pool_spec"] == {"global_pool": [8, 4]}
+    assert any("uneven" in n for n in NOTES["verl"](plan, ctx))
+    assert EXPORTERS["areal"](plan, ctx)["allocation_mode"] == "vllm:d3t4|fsdp:d12t1"
+
+
+# ------------------------------------------------------------------ asynchronous
+
+def test_areal_async(async_plan, ctx):
+    cfg = EXPORTERS["areal"](async_plan, ctx)
+    assert cfg["rollout"]["max_head_offpolicyness"] == 3
+    assert cfg["actor"]["use_decoupled_loss"] is True
+    assert cfg["actor"]["backend"] == "megatron:d2p2t2"  # pipeline stages need Megatron
+    # TP 2 on 8 H100 and TP 4 on 12 L40S: one TP per string; the larger share (4) over 20 GPUs
+    assert cfg["rollout"]["backend"] == "vllm:d5t4"
+    assert cfg["cluster"]["n_nodes"] == 4
+    assert any("different rollout TP" in n for n in NOTES["areal"](async_plan, ctx))
+
+
+def test_verl_async(async_plan, ctx):
+    out = EXPORTERS["verl"](async_plan, ctx)
+    at = out["config"]["async_training"]
+    assert at["staleness_threshold"] == 3.0
+    assert at["partial_rollout"] is True and at["compute_prox_log_prob"] is True
+    assert at["trigger_parameter_sync_step"] == 2
+    assert out["resource_pool_manager"]["resource_pool_spec"] == {"rollout_pool": [8, 8, 4], "trainer_pool": [8]}
+    actor = out["config"]["actor_rollout_ref"]["actor"]
+    assert actor["megatron"]["pipeline_model_parallel_size"] == 2
+    assert actor["ppo_mini_batch_size"] == 64
+
+
+def test_rlinf_async(async_plan, ctx):
+    cfg = EXPORTERS["rlinf"](async_plan, ctx)
+    # nodes: H100 rollout (0-7), L40S full (8-15), L40S half (16-19, 20-23 idle), H100 train (24-31)
+    assert cfg["cluster"]["component_placement"] == {"rollout,reward": "0-19", "actor": "24-31"}
+    assert cfg["cluster"]["node_groups"] == [{"label": "h100-us-east", "node_ranks": "0-0,3-3"},
+                                             {"label": "l40s-eu-west", "node_ranks": "1-2"}]
+    assert cfg["algorithm"]["staleness_threshold"] == 3
+    assert cfg["algorithm"]["n_minibatches"] == 2
+    assert cfg["actor"]["model"]["pipeline_model_parallel_size"] == 2
+
+
+def test_rlinf_flags_a_layout_it_cannot_place(ctx):
+    """Two pools each split between roles: rollout cannot be one contiguous range."""
+    plan = make_plan("split2", [pool("H100@us-east", rollout=4, train=12, tp=1),
+                                pool("L40S@eu-west", rollout=4, train=4, tp=1)],
+                     {"dp": 16, "tp": 1, "pp": 1, "micro_batch": 1}, "disaggregated")
+    nodes = L.nodes(plan, ctx)
+    assert not L.contiguous(L.gpu_indices(nodes, L.ROLLOUT)) or not L.contiguous(L.gpu_indices(nodes, L.TRAIN))
+    assert any("contiguous" in n for n in NOTES["rlinf"](plan, ctx))
+
+
+def test_ranges():
+    assert L.ranges([0, 1, 2, 5, 6, 9]) == "0-2,5-6,9-9"
+    assert L.ranges([]) == ""
