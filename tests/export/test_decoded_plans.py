@@ -1,0 +1,77 @@
+"""Plans decoded by the real PlacementProblem for mixed-64 export consistently to every target."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from mosearch.cli import main
+from problems.placement.problem import PlacementProblem
+from problems.placement.specs import load_cluster, load_workload
+from trainer.export import EXPORTERS
+
+from .conftest import CLUSTER, ROOT, WORKLOAD
+
+
+def _expand(ranges: str) -> list[int]:
+    out = []
+    for part in ranges.split(","):
+        a, b = part.split("-")
+        out += range(int(a), int(b) + 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def decoded():
+    pb = PlacementProblem(load_cluster(CLUSTER), load_workload(WORKLOAD))
+    rng = np.random.default_rng(0)
+    plans = [pb.decode(pb.xl + rng.random(pb.n_var) * (pb.xu - pb.xl), lifetime=False) for _ in range(30)]
+    assert {p.execution.mode for p in plans} == {"colocated", "disaggregated", "async"}
+    return plans
+
+
+def test_gpu_counts_survive_export(decoded, ctx):
+    for plan in decoded:
+        roll = sum(p.rollout_gpus for p in plan.pools)
+        train = sum(p.train_gpus for p in plan.pools)
+        shared = sum(p.shared_gpus for p in plan.pools)
+        colocated = plan.execution.mode == "colocated"
+
+        spec = EXPORTERS["verl"](plan, ctx)["resource_pool_manager"]["resource_pool_spec"]
+        if colocated:
+            assert sum(spec["global_pool"]) == shared
+        else:
+            assert (sum(spec["rollout_pool"]), sum(spec["trainer_pool"])) == (roll, train)
+
+        areal = EXPORTERS["areal"](plan, ctx)
+        dims = dict(re.findall(r"([dtp])(\d+)", areal["actor"]["backend"].split(":")[1]))
+        assert np.prod([int(v) for v in dims.values()]) == train + shared
+        rd = dict(re.findall(r"([dt])(\d+)", areal["rollout"]["backend"].split(":")[1]))
+        assert 1 <= int(rd["d"]) * int(rd["t"]) <= roll + shared
+        assert areal["rollout"]["max_head_offpolicyness"] == plan.execution.staleness_bound
+
+        cl = EXPORTERS["rlinf"](plan, ctx)["cluster"]
+        placement = cl["component_placement"]
+        if colocated:
+            where = placement["actor,rollout,reward"]
+            assert where == "all" or len(_expand(where)) == shared
+        else:
+            r, a = _expand(placement["rollout,reward"]), _expand(placement["actor"])
+            assert (len(r), len(a)) == (roll, train) and not set(r) & set(a)
+        ranks = sorted(i for g in cl["node_groups"] for i in _expand(g["node_ranks"]))
+        assert ranks == list(range(cl["num_nodes"]))
+
+
+def test_cli_exports_a_decoded_plan(decoded, tmp_path, monkeypatch, capsys):
+    plan = next(p for p in decoded if p.execution.mode == "async")
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan.to_yaml())
+    monkeypatch.chdir(ROOT)  # the plan names its specs relative to the repository root
+    assert main(["export", str(path), "--to", "areal"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # specs found, hashes match
+    cfg = yaml.safe_load(captured.out)
+    assert cfg["rollout"]["max_head_offpolicyness"] == plan.execution.staleness_bound >= 1
