@@ -179,13 +179,13 @@ class Layout:
         colo = mode == 0
         # ---- disaggregated / async: disjoint roles
         t = np.where(host, (train // g[:, None]) * g[:, None], 0)
-        none = t.sum(axis=1) == 0
+        none = (t.sum(axis=1) == 0) & ~colo
         if none.any():  # give one replica to the largest pool that can host it
             best = np.argmax(np.where(host, counts, -1), axis=1)
             t = np.where(none[:, None] & (pool_ix == best[:, None]), g[:, None], t)
         r = np.minimum(roll, counts - t)
         r = (r // rtp) * rtp
-        no_eng = r.sum(axis=1) == 0
+        no_eng = (r.sum(axis=1) == 0) & ~colo
         if no_eng.any():
             free = counts - t
             fits = free >= rtp
