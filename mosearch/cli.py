@@ -13,6 +13,7 @@ COMMANDS = [
     "inspect",
     "export",
     "train",
+    "profile",
 ]
 
 

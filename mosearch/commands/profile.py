@@ -1,0 +1,111 @@
+"""`mosearch profile`: measure the local device and fit the performance model's parameters to it."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from problems.atomic import atomic_write_text
+from problems.placement.calibration import PROFILE_VERSION, Profile, fit
+from problems.placement.catalog import gpu_aliases, gpu_catalog
+
+GRIDS = {
+    # the default grid: about a minute of measurement on a 2-core machine with the tiny model
+    "default": dict(matmul=dict(sizes=(256, 512, 1024, 2048)), bandwidth=dict(mib=(64, 256)),
+                    train=dict(micro_batches=(1, 4, 8, 16), seq_lens=(32, 64, 128)),
+                    rollout=dict(batches=(1, 8, 32, 64), prompt_lens=(16, 64), decode_tokens=32),
+                    collective=dict(sizes=(2**20, 2**23, 2**25))),
+    "quick": dict(matmul=dict(sizes=(256, 512)), bandwidth=dict(mib=(32,)),
+                  train=dict(micro_batches=(1, 4), seq_lens=(32, 64), repeats=2),
+                  rollout=dict(batches=(1, 8), prompt_lens=(16,), decode_tokens=8, repeats=1),
+                  collective=dict(sizes=(2**20,), repeats=2)),
+}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="measure this device and fit the performance model to it")
+    p.add_argument("--out", required=True, help="profile YAML to write (e.g. profiles/local.yaml)")
+    p.add_argument("--model", default="tiny", help="'tiny' or a local Hugging Face model directory")
+    p.add_argument("--device-type", help="catalog GPU type this device is (default: cpu-local, or the CUDA device's name)")
+    p.add_argument("--grid", choices=sorted(GRIDS), default="default")
+    p.set_defaults(func=run)
+
+
+def local_device_type() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu-local"
+    name = torch.cuda.get_device_name(0)
+    aliases = gpu_aliases(gpu_catalog())
+    for token in name.replace("NVIDIA", "").split():
+        if token.lower() in aliases:
+            return aliases[token.lower()]
+    return name
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch  # heavy imports stay out of `mosearch --help`
+
+    from mosearch.profile import measure
+    from trainer.models.tiny import resolve_model
+
+    console = Console()
+    model_path = str(resolve_model(args.model))
+    grid = GRIDS[args.grid]
+    steps = [
+        ("dense matmul", "matmul", lambda: measure.matmul(**grid["matmul"])),
+        ("memory bandwidth", "memory_bandwidth", lambda: measure.memory_bandwidth(**grid["bandwidth"])),
+        ("training steps", "train_step", lambda: measure.train_steps(model_path, **grid["train"])),
+        ("collective (2 workers)", "collective", lambda: measure.collective(**grid["collective"])),
+        ("offload round trip", "offload", lambda: measure.offload(model_path)),
+        ("vLLM prefill/decode/sync", "rollout", lambda: measure.rollout(model_path, **grid["rollout"])),
+    ]
+    rows: dict = {}
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("profiling", total=len(steps))
+        for label, key, fn in steps:
+            progress.update(task, description=f"profiling: {label}")
+            result = fn()
+            if key == "rollout":
+                rows.update(result)
+            else:
+                rows[key] = result
+            progress.advance(task)
+
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model_path)
+    params = rows["train_step"][0]["params"]
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 4  # fp32
+    fitted = fit(rows, params=params, layers=cfg.num_hidden_layers, hidden=cfg.hidden_size,
+                 kv_bytes_per_token=kv_per_token, weight_bytes=params * 4)
+    profile = Profile(
+        version=PROFILE_VERSION,
+        device_type=args.device_type or local_device_type(),
+        host={"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+              "seconds": round(time.perf_counter() - started, 1), "grid": args.grid},
+        model={"path": args.model, "params": params, "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size},
+        measurements=rows,
+        fitted=fitted,
+    )
+    atomic_write_text(args.out, yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
+
+    table = Table(title=f"profile of {profile.device_type} ({profile.host['seconds']} s) -> {args.out}")
+    table.add_column("parameter")
+    table.add_column("fitted", justify="right")
+    for key, value in fitted.model_dump().items():
+        table.add_row(key, "-" if value is None else f"{value:.4g}")
+    console.print(table)
+    return 0

@@ -1,0 +1,96 @@
+"""Profiling-guided calibration: fit the performance model's per-device parameters to measurements.
+
+A profile (written by `mosearch profile`) holds raw measurements of one device type and the
+parameters fitted from them. Each fit is a small least-squares problem of the form the model
+uses, `seconds = overhead + work / rate`, so the fitted rate is comparable to the catalog's peak
+times efficiency, and the fixed overhead (kernel launches, Python, scheduling) that dominates small
+models is kept instead of being folded into a wrong efficiency.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from problems.specio import load_model
+
+PROFILE_VERSION = 1
+
+
+class Fitted(BaseModel):
+    """What the model takes from a profile (per device type); see `fit`."""
+
+    model_config = ConfigDict(extra="forbid")
+    tflops: float = Field(gt=0, description="peak dense matmul TFLOP/s measured")
+    bandwidth_tbs: float = Field(gt=0, description="memory bandwidth, TB/s (copy, read + write)")
+    mfu: float = Field(gt=0, le=1, description="training FLOPs / (step time - overhead) / tflops")
+    train_overhead_s: float = Field(ge=0, description="fixed seconds per training micro-batch step")
+    prefill_eff: float = Field(gt=0, le=1)
+    prefill_overhead_s: float = Field(ge=0, description="fixed seconds per generate call")
+    decode_eff: float = Field(gt=0, le=1)
+    decode_step_overhead_s: float = Field(ge=0, description="fixed seconds per decode step (all sequences)")
+    intra_gbs: float | None = Field(default=None, gt=0, description="all-reduce bus bandwidth between workers")
+    sync_gbs: float = Field(gt=0, description="weight-sync bandwidth into the rollout engine")
+    sync_overhead_s: float = Field(ge=0)
+    switch_s: float = Field(ge=0, description="colocated context switch, both directions")
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = PROFILE_VERSION
+    device_type: str
+    host: dict = Field(default_factory=dict)
+    model: dict = Field(default_factory=dict, description="the model the step and rollout grids ran")
+    measurements: dict
+    fitted: Fitted
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares y = a + b x with a >= 0 and b > 0 (refit through the origin if a < 0)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) >= 2 and np.ptp(x) > 0:
+        b, a = np.polyfit(x, y, 1)
+        if a >= 0 and b > 0:
+            return float(a), float(b)
+    b = float((x @ y) / (x @ x))
+    return 0.0, max(b, 1e-30)
+
+
+def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_token: int,
+        weight_bytes: int) -> Fitted:
+    """Fit the model's parameters from the rows `mosearch.profile.measure` returns."""
+    m = measurements
+    tflops = max(r["tflops"] for r in m["matmul"])
+    bw_tbs = float(np.median([r["gbs"] for r in m["memory_bandwidth"]])) / 1e3
+
+    # training: 6 N t FLOPs per step (systems.md) + attention 12 L h s t (Narayanan et al.)
+    tr = m["train_step"]
+    flops = np.array([6 * params * r["tokens"] + 12 * layers * hidden * r["seq_len"] * r["tokens"] for r in tr])
+    over_t, sec_per_flop = _line(flops, [r["seconds"] for r in tr])
+    mfu = min(1.0, 1 / (sec_per_flop * tflops * 1e12))
+
+    # prefill: 2 N t FLOPs
+    pf = m["prefill"]
+    over_p, sec_per_flop_p = _line(np.array([2 * params * r["tokens"] for r in pf]), [r["seconds"] for r in pf])
+    prefill_eff = min(1.0, 1 / (sec_per_flop_p * tflops * 1e12))
+
+    # decode step: read the weights once and each sequence's KV cache (bandwidth bound)
+    dc = m["decode"]
+    moved = np.array([weight_bytes + r["batch"] * r["context"] * kv_bytes_per_token for r in dc])
+    over_d, sec_per_byte = _line(moved, [r["step_seconds"] for r in dc])
+    decode_eff = min(1.0, 1 / (sec_per_byte * bw_tbs * 1e12))
+
+    ws = m["weight_sync"]
+    sync_gbs = max(r["bytes"] for r in ws) / max(min(r["seconds"] for r in ws), 1e-9) / 1e9
+    coll = m.get("collective") or []
+    intra = max((r["bus_gbs"] for r in coll), default=None)
+    switch = sum(r["seconds"] for r in m.get("offload", [])) + sum(r["seconds"] for r in m.get("engine_switch", []))
+    return Fitted(tflops=tflops, bandwidth_tbs=bw_tbs, mfu=mfu, train_overhead_s=over_t, prefill_eff=prefill_eff,
+                  prefill_overhead_s=over_p, decode_eff=decode_eff, decode_step_overhead_s=over_d, intra_gbs=intra,
+                  sync_gbs=sync_gbs, sync_overhead_s=0.0, switch_s=switch)
+
+
+def load_profile(path: str | Path) -> Profile:
+    return load_model(path, Profile, "a profile written by `mosearch profile`")
