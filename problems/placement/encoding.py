@@ -40,6 +40,7 @@ from problems.placement.plan import (
     WeightSync,
 )
 from problems.placement.specs import Cluster, Workload
+from problems.placement.model.reduce import pany, pargmax, psum
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
 MODES = ("colocated", "disaggregated", "async")
@@ -167,7 +168,7 @@ class Layout:
         # a replica that no pool can host: shrink pp, then tp, until one fits
         tp, g, host = unit(tp_idx, pp_idx)
         for _ in range(len(self.pp_options) + len(self.tp_options)):
-            bad = ~host.any(axis=1)
+            bad = ~pany(host)
             if not bad.any():
                 break
             shrink_pp = bad & (pp_idx > 0)
@@ -179,31 +180,31 @@ class Layout:
         colo = mode == 0
         # ---- disaggregated / async: disjoint roles
         t = np.where(host, (train // g[:, None]) * g[:, None], 0)
-        none = (t.sum(axis=1) == 0) & ~colo
+        none = (psum(t) == 0) & ~colo
         if none.any():  # give one replica to the largest pool that can host it
-            best = np.argmax(np.where(host, counts, -1), axis=1)
+            best = pargmax(np.where(host, counts, -1))
             t = np.where(none[:, None] & (pool_ix == best[:, None]), g[:, None], t)
         r = np.minimum(roll, counts - t)
         r = (r // rtp) * rtp
-        no_eng = (r.sum(axis=1) == 0) & ~colo
+        no_eng = (psum(r) == 0) & ~colo
         if no_eng.any():
             free = counts - t
             fits = free >= rtp
-            has_fit = fits.any(axis=1)
-            pick = np.argmax(np.where(fits, free, -1), axis=1)
+            has_fit = pany(fits)
+            pick = pargmax(np.where(fits, free, -1))
             a = no_eng & has_fit
             r = np.where(a[:, None] & (pool_ix == pick[:, None]), rtp, r)
             # no free GPUs for an engine of that TP: one GPU with TP 1
-            b = no_eng & ~has_fit & (free >= 1).any(axis=1)
-            pick1 = np.argmax(free, axis=1)
+            b = no_eng & ~has_fit & pany(free >= 1)
+            pick1 = pargmax(free)
             sel = b[:, None] & (pool_ix == pick1[:, None])
             r = np.where(sel, 1, r)
             rtp_idx = np.where(sel, 0, rtp_idx)
             rtp = np.where(sel, self.rtp_options[:, 0][None, :], rtp)
             # every GPU trains: give one replica's GPUs back to rollout
-            c = no_eng & ~has_fit & ~(free >= 1).any(axis=1)
+            c = no_eng & ~has_fit & ~pany(free >= 1)
             if c.any():
-                most = np.argmax(t, axis=1)
+                most = pargmax(t)
                 sel = c[:, None] & (pool_ix == most[:, None])
                 t = np.where(sel, t - g[:, None], t)
                 wide = sel & (rtp > g[:, None])  # an engine wider than the freed GPUs: TP 1
@@ -211,15 +212,15 @@ class Layout:
                 rtp = np.where(wide, self.rtp_options[:, 0][None, :], rtp)
                 r = np.where(sel, (g[:, None] // rtp) * rtp, r)
                 # that was the only replica: fall back to colocated
-                colo = colo | (c & (t.sum(axis=1) == 0))
+                colo = colo | (c & (psum(t) == 0))
         # ---- colocated: shared GPUs hold a whole number of replicas and engines
         lcm = np.maximum(rtp, g[:, None])  # both powers of two
         s = np.where(host, (roll // lcm) * lcm, 0)
-        none = s.sum(axis=1) == 0
+        none = psum(s) == 0
         if (none & colo).any():
             ok = host & (lcm <= counts)
-            best = np.argmax(np.where(ok, counts, -1), axis=1)
-            has = ok.any(axis=1)
+            best = pargmax(np.where(ok, counts, -1))
+            has = pany(ok)
             s = np.where((none & has)[:, None] & (pool_ix == best[:, None]), lcm, s)
             # no pool fits lcm(engine TP, replica): engine TP 1 and replica 1 GPU
             z = none & colo & ~has

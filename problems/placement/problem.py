@@ -26,6 +26,7 @@ from problems.placement.encoding import Layout
 from problems.placement.model.params import ModelContext
 from problems.placement.plan import Plan, SpecRef, file_sha256
 from problems.placement.specs import Cluster, Workload, load_cluster, load_workload
+from problems.placement.model.reduce import pany, psum
 
 OBJECTIVES = ("neg_throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
 CONSTRAINTS = ("mem_fits", "kv_fits", "max_cost", "min_throughput", "max_staleness", "structure")
@@ -109,7 +110,7 @@ class PlacementProblem(Problem):
         f = self.layout.fields(R)
         r = _model.evaluate(self.ctx, f)
         r["structure"] = self._structure_violation(f)
-        r["repaired"] = np.any(np.abs(R - X) > 1e-9, axis=1).astype(float)
+        r["repaired"] = pany(np.abs(R - X) > 1e-9).astype(float)
         r["feasible"] = (self._constraints(r) <= 0).all(axis=1).astype(float)
         return r
 
@@ -118,11 +119,11 @@ class PlacementProblem(Problem):
         train = f["train_gpus"] + f["shared_gpus"]
         used = f["rollout_gpus"] + f["train_gpus"] + f["shared_gpus"]
         engines = (f["rollout_gpus"] + f["shared_gpus"]) // f["rollout_tp"]
-        bad = ((train % g[:, None]) != 0).any(axis=1)
-        bad |= (used > self.layout.counts).any(axis=1)
-        bad |= engines.sum(axis=1) < 1
-        bad |= train.sum(axis=1) < 1
-        bad |= ((train > 0) & (f["tp"][:, None] > self.layout.gpn)).any(axis=1)
+        bad = pany((train % g[:, None]) != 0)
+        bad |= pany(used > self.layout.counts)
+        bad |= psum(engines) < 1
+        bad |= psum(train) < 1
+        bad |= pany((train > 0) & (f["tp"][:, None] > self.layout.gpn))
         return bad.astype(float)
 
     def evaluate_plans(self, plans: list[Plan]) -> dict[str, np.ndarray]:

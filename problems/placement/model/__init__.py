@@ -19,6 +19,7 @@ from problems.placement.model.memory import (
 from problems.placement.model.params import ModelContext, build_context
 from problems.placement.model.rollout import rollout_times
 from problems.placement.model.training import train_times
+from problems.placement.model.reduce import pany, pargmax, pmax, psum
 
 __all__ = ["ModelContext", "build_context", "evaluate"]
 
@@ -47,23 +48,23 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
                     np.maximum(np.where(f["train_gpus"] > 0, reserved, 0.0),
                                np.where(f["rollout_gpus"] > 0, rollout_peak, 0.0)))
     frac = np.where(used > 0, peak / ctx.mem, 0.0)
-    peak_frac = frac.max(axis=1)
+    peak_frac = pmax(frac)
     need_tokens = ctx.prompt_len + ctx.resp_max
     kv_short = (need_tokens - ro["kv_tokens_min"]) / need_tokens
 
     # ---- weight sync and context switch
     bytes_w = ctx.weight_bytes
-    src = np.argmax(train_gpus, axis=1)  # weights leave from the pool with the most trainers
+    src = pargmax(train_gpus)  # weights leave from the pool with the most trainers
     src_region = ctx.region[src]
     n_regions = int(ctx.region_bw.shape[0])
     sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
                                                  ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
-    reshard = np.where(engines > 0, bytes_w / f["rollout_tp"] / ctx.intra, 0.0).max(axis=1)
+    reshard = pmax(np.where(engines > 0, bytes_w / f["rollout_tp"] / ctx.intra, 0.0))
     sync = np.where(colo, reshard, sync_t)
     sync_usd = np.where(colo, 0.0, sync_usd)
     sync_cross = np.where(colo, 0.0, sync_cross)
-    sw = np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
-                                   ctx.host_memory), 0.0).max(axis=1)
+    sw = pmax(np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
+                                   ctx.host_memory), 0.0))
     sw = np.where(colo, sw, 0.0)
 
     # ---- flow
@@ -79,7 +80,7 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     cost_h = gpu_h + egress_h
 
     gb = 1e-9
-    role_peak = lambda mask, v: np.where(mask, v, 0.0).max(axis=1) * gb  # noqa: E731
+    role_peak = lambda mask, v: pmax(np.where(mask, v, 0.0)) * gb  # noqa: E731
     return {
         "throughput_samples_s": samples_s,
         "throughput_tokens_s": tokens_s,
@@ -102,9 +103,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
         "decode_tokens_s": ro["decode_tokens_s"],
         "rollout_engines": ro["rollout_engines"].astype(float),
         "dp": dp.astype(float),
-        "used_gpus": used.sum(axis=1).astype(float),
-        "train_gpus": train_gpus.sum(axis=1).astype(float),
-        "rollout_gpus": roll_gpus.sum(axis=1).astype(float),
+        "used_gpus": psum(used).astype(float),
+        "train_gpus": psum(train_gpus).astype(float),
+        "rollout_gpus": psum(roll_gpus).astype(float),
         "peak_mem_gb_train": role_peak(train_gpus > 0, reserved),
         "peak_mem_gb_rollout": role_peak(roll_gpus > 0, rollout_peak),
         "train_allocated_gb": role_peak(train_gpus > 0, allocated),
@@ -123,6 +124,6 @@ def _max_cross_egress(ctx: ModelContext, used) -> np.ndarray:
     for i in regs:
         for j in regs:
             if i < j:
-                both = (used & (ctx.region == i)).any(axis=1) & (used & (ctx.region == j)).any(axis=1)
+                both = pany(used & (ctx.region == i)) & pany(used & (ctx.region == j))
                 out = np.where(both, np.maximum(out, ctx.region_egress[i, j]), out)
     return out

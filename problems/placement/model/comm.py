@@ -10,6 +10,7 @@ gradients: 3 x (n-1)/n x bytes instead of 2 x (ZeRO paper, Rajbhandari et al.).
 from __future__ import annotations
 
 import numpy as np
+from problems.placement.model.reduce import psum
 
 
 def ring_allreduce_s(nbytes, n, bw, latency=0.0):
@@ -53,7 +54,7 @@ def weight_sync_s(weight_bytes, src_region, engines, pool_region, region_bw, reg
     cross = np.zeros(N)
     usd = np.zeros(N)
     for r in range(n_regions):
-        e_r = (engines * (pool_region[None, :] == r)).sum(axis=1)
+        e_r = psum(engines * (pool_region[None, :] == r))
         has = e_r > 0
         local = src_region == r
         link = region_bw[src_region, r]

@@ -7,11 +7,12 @@ byte leaving a region at the link's $/GB (cluster spec), at the plan's step rate
 from __future__ import annotations
 
 import numpy as np
+from problems.placement.model.reduce import psum
 
 
 def gpu_usd_h(used_gpus, price):
     """(N, P) used GPUs x (P,) $/GPU-h -> (N,): additive over pools."""
-    return (used_gpus * price).sum(axis=1)
+    return psum(used_gpus * price)
 
 
 def egress_usd_h(egress_usd_per_step, step_s):

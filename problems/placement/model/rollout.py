@@ -17,6 +17,7 @@ import numpy as np
 from problems.placement.model.comm import ring_allreduce_s
 from problems.placement.model.memory import kv_budget_bytes
 from problems.placement.model.params import ModelContext
+from problems.placement.model.reduce import pmax, pmin, psum
 
 
 # ---------------------------------------------------------------- operator level (also validated)
@@ -64,7 +65,7 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
     """Rollout of one step's samples over all engines, load balanced by engine speed."""
     rtp = f["rollout_tp"]
     engines = (f["rollout_gpus"] + f["shared_gpus"]) // rtp  # (N, P)
-    n_eng = np.maximum(engines.sum(axis=1), 1)
+    n_eng = np.maximum(psum(engines), 1)
     kv_frac, mns = f["kv_mem_frac"], f["max_num_seqs"]
     kv_tokens = kv_budget_bytes(ctx, rtp, kv_frac, mns) / ctx.kv_bytes_per_token
     footprint = ctx.prompt_len + ctx.resp_mean  # tokens a sequence holds near its end
@@ -76,22 +77,22 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
     dec_rate = np.where(engines > 0, engines * conc / step, 0.0)  # tokens/s per pool
     fl = rtp * ctx.flops * ctx.eff["prefill_eff"]
     pre_rate = np.where(engines > 0, engines * fl / (2.0 * ctx.params + attn_flops_per_token(ctx, ctx.prompt_len / 2.0)), 0.0)
-    dec_total = np.maximum(dec_rate.sum(axis=1), 1e-30)
-    pre_total = np.maximum(pre_rate.sum(axis=1), 1e-30)
+    dec_total = np.maximum(psum(dec_rate), 1e-30)
+    pre_total = np.maximum(psum(pre_rate), 1e-30)
     # balanced split: every engine finishes its share of tokens at the same time
     bulk = ctx.samples * (ctx.resp_mean / dec_total + ctx.prompt_len / pre_total)
     # the longest sample: response_max sequential steps at the engine's running batch; the
     # slowest engine that holds samples bounds the step (lengths are unknown when assigning)
     tail_ctx = ctx.prompt_len + ctx.resp_max / 2.0
     tail_step = decode_step_s(ctx, rtp, conc, tail_ctx)
-    tail = np.where(engines > 0, ctx.resp_max * tail_step, 0.0).max(axis=1)
+    tail = pmax(np.where(engines > 0, ctx.resp_max * tail_step, 0.0))
     return {
-        "rollout_engines": engines.sum(axis=1),
+        "rollout_engines": psum(engines),
         "rollout_bulk_s": bulk,
         "rollout_tail_s": tail,
         "rollout_s": np.maximum(bulk, tail),
         "decode_tokens_s": dec_total,
-        "kv_tokens_min": np.where(engines > 0, kv_tokens, np.inf).min(axis=1),
+        "kv_tokens_min": pmin(np.where(engines > 0, kv_tokens, np.inf)),
         "concurrency": conc,
         "kv_tokens": kv_tokens,
         "engines": engines,

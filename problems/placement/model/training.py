@@ -21,6 +21,7 @@ from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
 from problems.placement.model.memory import SHARD_FSDP, SHARD_NONE, SHARD_Z3, state_bytes_per_param, stage_params
 from problems.placement.model.params import ModelContext
 from problems.placement.model.rollout import attn_flops_per_token
+from problems.placement.model.reduce import pany, pmax, pmin, psum
 
 
 def pass_counts(ctx: ModelContext, recompute):
@@ -45,13 +46,13 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     g = tp * pp
     gpus = f["train_gpus"] + f["shared_gpus"]  # (N, P)
     reps = gpus // g[:, None]
-    dp = reps.sum(axis=1)
+    dp = psum(reps)
     tok = ctx.prompt_len + ctx.resp_mean
     fwd_tok = 2.0 * ctx.params + attn_flops_per_token(ctx, tok / 2.0)  # FLOPs per token, one forward
     n_fwd, n_bwd = pass_counts(ctx, f["recompute"])
     flops_sample = tok * fwd_tok * (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))
     speed = g[:, None] * ctx.flops * e["mfu"]  # FLOP/s of one replica per pool
-    total_speed = np.maximum((reps * speed).sum(axis=1), 1e-30)
+    total_speed = np.maximum(psum(reps * speed), 1e-30)
     share = np.where(reps > 0, ctx.samples * speed / total_speed[:, None], 0.0)  # samples per replica
     # micro-batches per replica and chunk; a chunk's partial micro-batch still costs a slot
     per_chunk = share / chunks[:, None]
@@ -70,16 +71,16 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     p2p = np.where(pp[:, None] > 1, 2.0 * act_bytes / tp[:, None] / p2p_bw, 0.0)
     slot = slot + tp_comm + p2p + e["microbatch_s"]
     per_pool = np.where(reps > 0, chunks[:, None] * (m + pp[:, None] - 1) * slot, 0.0)
-    compute = per_pool.max(axis=1)
+    compute = pmax(per_pool)
 
     # gradient synchronisation over all replicas (actor, + critic for PPO)
     w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
     models = 1.0 + ctx.has_critic
     grad_bytes = ctx.params * g_b * models
-    nodes = np.ceil(gpus / ctx.gpn).sum(axis=1)
+    nodes = psum(np.ceil(gpus / ctx.gpn))
     used = gpus > 0
-    intra_min = np.where(used, ctx.intra, np.inf).min(axis=1)
-    inter_min = np.where(used, ctx.inter, np.inf).min(axis=1)
+    intra_min = pmin(np.where(used, ctx.intra, np.inf))
+    inter_min = pmin(np.where(used, ctx.inter, np.inf))
     regions = _regions_used(ctx, used)
     cross_bw = _slowest_cross(ctx, used)
     zero3 = (f["sharding"] == SHARD_Z3) | (f["sharding"] == SHARD_FSDP)
@@ -90,9 +91,9 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     psh = stage_params(ctx, pp) / tp
     o_div = np.where(f["sharding"] == SHARD_NONE, 1.0, np.maximum(dp, 1))
     shard = psh / o_div * models
-    hbm_min = np.where(used, ctx.hbm * e["decode_eff"], np.inf).min(axis=1)
-    host = np.where(used, e["host_gbs"] * 1e9, np.inf).min(axis=1)
-    cpu = np.where(used, e["cpu_adam_gbs"] * 1e9, np.inf).min(axis=1)
+    hbm_min = pmin(np.where(used, ctx.hbm * e["decode_eff"], np.inf))
+    host = pmin(np.where(used, e["host_gbs"] * 1e9, np.inf))
+    cpu = pmin(np.where(used, e["cpu_adam_gbs"] * 1e9, np.inf))
     on_gpu = shard * 2.0 * (w_b + g_b + o_b) / hbm_min
     off = shard * (g_b + w_b) / host + shard * 2.0 * o_b / cpu
     opt = np.where(f["optimizer_offload"].astype(bool), off, on_gpu)
@@ -112,7 +113,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
 def _regions_used(ctx: ModelContext, used) -> np.ndarray:
     n = np.zeros(used.shape[0])
     for r in np.unique(ctx.region):
-        n += (used & (ctx.region == r)).any(axis=1)
+        n += pany(used & (ctx.region == r))
     return n
 
 
@@ -123,6 +124,6 @@ def _slowest_cross(ctx: ModelContext, used) -> np.ndarray:
     for i in regs:
         for j in regs:
             if i < j:
-                both = (used & (ctx.region == i)).any(axis=1) & (used & (ctx.region == j)).any(axis=1)
+                both = pany(used & (ctx.region == i)) & pany(used & (ctx.region == j))
                 bw = np.where(both, np.minimum(bw, ctx.region_bw[i, j]), bw)
     return bw
