@@ -35,9 +35,11 @@ def pass_counts(ctx: ModelContext, recompute):
     return fwd, bwd
 
 
-def layer_fwd_flops(ctx: ModelContext, tokens_per_seq, seqs):
-    """FLOPs of one transformer layer's forward for `seqs` sequences (validated against profiles)."""
-    return seqs * tokens_per_seq * (2.0 * ctx.params_per_layer + 4.0 * ctx.q_dim * tokens_per_seq / 2.0)
+def layer_fwd_flops(params_per_layer, q_dim, seq, seqs, attn_context):
+    """FLOPs of one transformer layer's forward for `seqs` sequences of `seq` tokens: 2 per weight
+    per token, plus attention over `attn_context` keys per token (seq/2 causal with flash
+    attention; seq where the kernel computes the full score matrix). Validated against profiles."""
+    return seqs * seq * (2.0 * params_per_layer + 4.0 * q_dim * attn_context)
 
 
 def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
