@@ -237,6 +237,7 @@ class Layout:
         X[:, self.g("train_pp_idx")] = pp_idx
         X[:, self.g("mode")] = np.where(colo, 0, mode)
         X[colo, self.g("staleness_bound")] = 0
+        X[colo, self.g("log2_pipeline_chunks")] = 0  # colocated phases run back to back: nothing streams
         return X
 
     # ------------------------------------------------------------ vector -> fields
