@@ -16,12 +16,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--emulate", action="store_true",
                    help="run a plan made for another cluster on this machine, scaled down (GPU types emulated)")
-    p.add_argument("--model", default="tiny", help="'tiny' (built locally) or a local Hugging Face model directory")
+    p.add_argument("--model", default=None, help="'tiny' (built locally) or a local Hugging Face model directory (default: the plan's workload, else tiny)")
     p.add_argument("--task", default="arithmetic", help="arithmetic | sorting | counting | jsonl:PATH")
     p.add_argument("--reward", default=None, help="reward function module:function for a user task")
-    p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"])
-    p.add_argument("--prompts-per-step", type=int, default=32)
-    p.add_argument("--group-size", type=int, default=8, help="samples per prompt")
+    p.add_argument("--algo", default=None, choices=["grpo", "ppo"])
+    p.add_argument("--prompts-per-step", type=int, default=None)
+    p.add_argument("--group-size", type=int, default=None, help="samples per prompt")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--kl-coef", type=float, default=0.0, help="> 0 adds KL to the initial model")
@@ -38,14 +38,17 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from problems.placement.plan import load_plan
-    from trainer.driver import RunConfig, comparison_table
+    from trainer.driver import RunConfig, comparison_table, workload_defaults
     from trainer.driver import run as train
 
     plan = load_plan(args.plan)
+    # command line > the plan's workload file > RunConfig defaults
+    given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
+             "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
+    shape = workload_defaults(plan, args.plan) | {k: v for k, v in given.items() if v is not None}
     cfg = RunConfig(
-        plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, model=args.model, task=args.task,
-        reward=args.reward, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, algo=args.algo, lr=args.lr,
+        plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
+        reward=args.reward, temperature=args.temperature, lr=args.lr, **shape,
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress,

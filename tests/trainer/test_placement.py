@@ -1,0 +1,51 @@
+"""A plan against the cluster found: refused for another cluster, scaled down with --emulate."""
+
+import pytest
+
+from problems.errors import InputError
+from problems.placement.plan import load_plan
+from trainer import placement as P
+
+
+def _pool(gpu, region, r, t, s=0, tp=1):
+    return {"pool": f"{gpu}@{region}", "gpu": gpu, "region": region, "rollout_gpus": r, "train_gpus": t,
+            "shared_gpus": s, "rollout_tp": tp}
+
+
+def test_local_plan_fits_this_machine(plan_file):
+    plan = load_plan(plan_file())
+    lay = P.layout(plan, P.Found({"cpu-local": 2}), emulate=False)
+    assert len(lay.engines) == 1 and lay.dp == 1 and not lay.emulated and not lay.colocated
+    b_r, b_t = P.bundles(lay, P.Found({"cpu-local": 2}))
+    assert b_r == [{"CPU": 2, "gpu:cpu-local": 1}] and b_t == [{"CPU": 2, "gpu:cpu-local": 1}]
+
+
+def test_plan_for_another_cluster_is_refused_then_emulated(plan_file):
+    f = plan_file(pools=[_pool("H100", "us", 8, 0, tp=2), _pool("L40S", "eu", 0, 8)],
+                  train={"dp": 8, "tp": 1, "pp": 1, "sharding": "zero3", "micro_batch": 4})
+    plan = load_plan(f)
+    with pytest.raises(InputError) as err:
+        P.layout(plan, P.Found({"cpu-local": 2}), emulate=False, plan_file=str(f))
+    line = err.value.line()
+    assert "H100 x8 (found 0)" in line and "--emulate" in line and "\n" not in line
+    lay = P.layout(plan, P.Found({"cpu-local": 2}), emulate=True)
+    assert lay.emulated and len(lay.engines) == 2 and lay.dp == 2
+    assert {e.gpu for e in lay.engines} == {"H100"} and all(e.tp == 1 for e in lay.engines)  # CPU: tp 1
+    assert set(lay.train_pools) == {"L40S@eu"}
+    assert any("tp=1" in n for n in lay.notes) and any("custom resources" in n for n in lay.notes)
+    b_r, b_t = P.bundles(lay, P.Found({"cpu-local": 2}))
+    assert all("gpu:H100" in b for b in b_r) and all("gpu:L40S" in b for b in b_t)
+
+
+def test_gpu_names_match_ray_and_cuda_spellings():
+    assert P._match("H100", {"NVIDIA H100 80GB HBM3": 8}) == "NVIDIA H100 80GB HBM3"
+    assert P._match("A100", {"H100": 8}) is None
+
+
+def test_colocated_shares_bundles(plan_file):
+    f = plan_file(pools=[_pool("cpu-local", "local", 0, 0, s=2)], execution={"mode": "colocated"},
+                  train={"dp": 2, "tp": 1, "pp": 1, "sharding": "none", "micro_batch": 4})
+    lay = P.layout(load_plan(f), P.Found({"cpu-local": 2}), emulate=False)
+    assert lay.colocated and len(lay.engines) == 2 and lay.dp == 2
+    b_r, b_t = P.bundles(lay, P.Found({"cpu-local": 2}))
+    assert b_t is None and len(b_r) == 2
