@@ -61,7 +61,10 @@ class PlacementProblem(Problem):
         self.workload = workload
         self.limits = {"max_cost_usd_h": max_cost_usd_h, "min_throughput": min_throughput,
                        "max_staleness": max_staleness, "max_mem_frac": max_mem_frac}
-        self.efficiencies = efficiencies or {}
+        # fitted by calibration (the cluster's profiles), then any given here on top
+        self.efficiencies = {g: dict(v) for g, v in cluster.efficiencies.items()}
+        for gpu, over in (efficiencies or {}).items():
+            self.efficiencies.setdefault(gpu, {}).update(over)
         self.layout = Layout.build(cluster, workload)
         self.ctx: ModelContext = _model.build_context(cluster, workload, self.efficiencies)
         self.cluster_ref = _spec_ref(cluster.name, cluster.path)

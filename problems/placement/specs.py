@@ -106,7 +106,9 @@ class Cluster:
     region_bw: np.ndarray
     region_latency: np.ndarray
     region_egress: np.ndarray
-    profiles: dict[str, str] = field(default_factory=dict)
+    profiles: dict[str, str] = field(default_factory=dict)  # GPU type -> profile path used
+    # per GPU type, model parameters fitted by calibration that are not catalog figures
+    efficiencies: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def total_gpus(self) -> int:
@@ -170,8 +172,38 @@ def _widest_paths(n: int, links: list[tuple[int, int, float, float, float]]):
     return bw, lat, egr
 
 
+def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
+    """Replace catalog figures with those fitted by `mosearch profile` for each profiled GPU type."""
+    from problems.placement.calibration import load_profile
+
+    aliases = gpu_aliases(types)
+    used, efficiencies = {}, {}
+    for gpu_type, ref in spec.profiles.items():
+        key = f"profiles.{gpu_type}"
+        canonical = aliases.get(gpu_type.lower())
+        if canonical is None:
+            raise InputError(path, key, f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
+        file = Path(ref) if Path(ref).is_absolute() else Path(path).parent / ref
+        profile = load_profile(file)
+        if aliases.get(profile.device_type.lower()) != canonical:
+            raise InputError(path, key, f"{file} profiles {profile.device_type!r}, not {canonical!r}",
+                             "a profile measured on this GPU type")
+        f = profile.fitted
+        gpu = types[canonical].model_dump()
+        intra = dict(gpu["intra_node"], bandwidth_gbs=f.intra_gbs or gpu["intra_node"]["bandwidth_gbs"])
+        measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=f.mfu, prefill_eff=f.prefill_eff,
+                        decode_eff=f.decode_eff, intra_node=intra)
+        gpu.update(measured)
+        gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
+        types[canonical] = GPUType(**gpu)
+        efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s}
+        used[canonical] = str(file)
+    return used, efficiencies
+
+
 def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
     types = _resolve_gpu_types(path, spec)
+    profiles, efficiencies = _apply_profiles(path, spec, types)
     aliases = gpu_aliases(types)
     regions = list(spec.regions)
     if not spec.node_groups:
@@ -229,10 +261,7 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
             intra_gbs=intra,
             inter_gbs=spec.regions[region].inter_node_gbs,
         ))
-    for gpu_type in spec.profiles:
-        if aliases.get(gpu_type.lower()) is None:
-            raise InputError(path, f"profiles.{gpu_type}", f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
-    return Cluster(spec.name, path, pools, regions, bw, lat, egr, dict(spec.profiles))
+    return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies)
 
 
 def load_cluster(path: str | Path) -> Cluster:
