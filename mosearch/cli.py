@@ -11,6 +11,9 @@ from problems.errors import InputError
 # Modules under mosearch.commands, in the order `mosearch --help` lists them.
 COMMANDS = [
     "inspect",
+    "plan",
+    "pick",
+    "show",
     "export",
     "train",
     "profile",

@@ -69,6 +69,14 @@ def _json_plans(plans: list[Plan]) -> list[dict]:
     return [{**metric_row(p), "plan": p.model_dump(mode="json")} for p in plans]
 
 
+def plan_yaml(plan: Plan) -> str:
+    """Plan.to_yaml's document, emitted by libyaml when present (about 10x faster for big fronts)."""
+    dumper = getattr(yaml, "CSafeDumper", None)
+    if dumper is None:
+        return plan.to_yaml()
+    return yaml.dump(plan.model_dump(mode="json"), Dumper=dumper, sort_keys=False)
+
+
 def write_front(out: Path, plans: list[Plan]) -> None:
     atomic_write_text(out / "front.csv", front_table(plans))
     atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(plans)}, indent=1) + "\n")
@@ -77,7 +85,7 @@ def write_front(out: Path, plans: list[Plan]) -> None:
     keep = set()
     for p in plans:
         name = f"{p.plan_id}.yaml"
-        atomic_write_text(plan_dir / name, p.to_yaml())
+        atomic_write_text(plan_dir / name, plan_yaml(p))
         keep.add(name)
     for stale in plan_dir.glob("*.yaml"):  # a previous run into the same directory
         if stale.name not in keep:

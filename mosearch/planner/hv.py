@@ -2,8 +2,7 @@
 
 Each minimised objective is divided by a scale fixed before the search starts, so the
 value is comparable between generations, seeds and algorithms of one scenario:
-throughput 1 - t / t_scale, cost c / (price of every GPU of the cluster), memory as the
-fraction it already is, staleness s / max(1, workload bound). Reference point: 1.1 on
+throughput 1 - t / t_scale, cost c / c_scale, memory as the fraction it already is, staleness s / max(1, workload bound). Reference point: 1.1 on
 every axis (a plan with zero throughput, the whole cluster's price, full memory or the
 staleness bound still adds a little volume). Exact HV by moocore through pymoo.
 """
@@ -48,12 +47,14 @@ class HVScale:
                 "peak_mem_frac": 1.0, "staleness": float(self.staleness), "reference": REF}
 
 
-def scale_for(cluster, workload, best_throughput: float) -> HVScale:
-    """Fix the scale for one scenario. `best_throughput`: the fastest plan known before the
-    search (the fastest corner seed); twice that is the throughput axis' far end."""
+def scale_for(cluster, workload, best_throughput: float, known_max_cost: float = 0.0) -> HVScale:
+    """Fix the scale for one scenario before the search. `best_throughput`: the fastest plan
+    known (the fastest corner seed); twice that is the throughput axis' far end. Cost: the
+    price of every GPU of the cluster, or more when a known feasible plan costs more (the
+    cross-region traffic of a plan is billed on top of its GPUs)."""
     price = sum(p.count * p.gpu.price_usd_h for p in cluster.pools)
     return HVScale(
         throughput=max(2.0 * float(best_throughput), 1e-9),
-        cost=max(price, 1e-9),
+        cost=max(price, float(known_max_cost), 1e-9),
         staleness=float(max(1, workload.max_staleness)),
     )

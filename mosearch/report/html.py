@@ -14,6 +14,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from mosearch.report.terminal import step_parts
 from problems.atomic import atomic_write_text
 from problems.placement.plan import Plan
 
@@ -90,7 +91,7 @@ function detail(p) {{
        `weight sync ${{esc(p.weight_sync.route)}}</p>`;
   const steps = STEP_KEYS.filter(k => k in pr);
   if (steps.length) {{
-    h += "<table><tr><th>step part</th><th>seconds</th></tr>";
+    h += "<table><tr><th>step part (s) / memory (GB)</th><th>value</th></tr>";
     for (const k of steps) h += `<tr><td>${{esc(k)}}</td><td>${{fmt(pr[k],3)}}</td></tr>`;
     h += "</table>";
   }}
@@ -164,8 +165,7 @@ def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee
                  title: str, subtitle: str) -> Path:
     fig = _figure(plans, baselines, knee)
     figure = fig.to_html(include_plotlyjs=True, full_html=False, div_id="front", config={"displaylogo": False})
-    core = {"throughput_samples_s", "throughput_tokens_s", "cost_usd_h", "usd_per_1k_samples", "peak_mem_frac", "staleness"}
-    step_keys = sorted({k for p in plans for k in p.predicted if k not in core})
+    step_keys = list(dict.fromkeys(k for p in plans for k in step_parts(p.predicted)))
     text = PAGE.format(
         title=html.escape(title), subtitle=html.escape(subtitle), figure=figure,
         plans=_script_json([_plan_record(p) for p in plans]),

@@ -21,7 +21,7 @@ def _save(fig, path: Path) -> Path:
     import io
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=80)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
@@ -38,7 +38,7 @@ def _mode_legend(ax, modes: list[str]) -> None:
 
 def scatter_matrix(F: np.ndarray, modes: list[str], knee: int | None, path: Path) -> Path:
     m = F.shape[1]
-    fig, axes = plt.subplots(m, m, figsize=(2.4 * m, 2.4 * m))
+    fig, axes = plt.subplots(m, m, figsize=(2.3 * m, 2.3 * m), layout="constrained")
     colours = _colours(modes)
     for i in range(m):
         for j in range(m):
@@ -62,7 +62,7 @@ def scatter_matrix(F: np.ndarray, modes: list[str], knee: int | None, path: Path
 
 def throughput_cost(F: np.ndarray, modes: list[str], knee: int | None, baselines: dict[str, np.ndarray],
                     path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(7, 5), layout="constrained")
     ax.scatter(F[:, 1], F[:, 0], c=_colours(modes), s=22, alpha=0.8, linewidths=0)
     _mode_legend(ax, modes)
     if knee is not None:
@@ -83,7 +83,7 @@ def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
     lo, hi = F.min(axis=0), F.max(axis=0)
     span = np.where(hi - lo > 0, hi - lo, 1.0)
     N = (F - lo) / span
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
     order = np.argsort(F[:, 0])
     cmap = plt.get_cmap("viridis")
     t = N[:, 0]
@@ -105,7 +105,7 @@ def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
 def hv_history(history: list[dict], path: Path) -> Path:
     ev = [r["evaluations"] for r in history]
     hv = [r["hv"] for r in history]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
     ax.plot(ev, hv, lw=1.5)
     ax.set_xlabel("evaluations")
     ax.set_ylabel("hypervolume (normalised)")

@@ -1,0 +1,86 @@
+"""`mosearch plan`: search the placement plans of a cluster for a workload; write the front."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+from mosearch.decide import Limits
+from mosearch.planner import algorithms
+from mosearch.planner.search import SearchSettings
+from problems.errors import InputError
+
+# Defaults sized so mixed-64 x qwen2.5-7b-grpo finishes in about 30 s and hetero-1024 in
+# about 3 minutes on a 2-core development machine (benchmarks/planner_targets.py measures both).
+DEFAULT_EVALS = 20000
+DEFAULT_POP = 100
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="search placement plans and write the Pareto front to a run directory")
+    p.add_argument("--cluster", required=True, help="cluster spec YAML (see problems/clusters/)")
+    p.add_argument("--workload", required=True, help="workload spec YAML (see problems/workloads/)")
+    p.add_argument("--out", required=True, help="run directory to write (created if missing)")
+    p.add_argument("--algorithm", default=algorithms.DEFAULT,
+                   help=f"search algorithm (default {algorithms.DEFAULT}); baselines: nsga3, moead, rvea, agemoea2, "
+                        "deap-nsga3, random")
+    p.add_argument("--evals", type=int, help=f"evaluation budget (default {DEFAULT_EVALS} when --time is not given)")
+    p.add_argument("--time", type=float, dest="time_s", metavar="SECONDS", help="wall-time limit of the search")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--pop-size", type=int, default=DEFAULT_POP)
+    p.add_argument("--max-cost", type=float, help="budget, $/h")
+    p.add_argument("--min-throughput", type=float, help="samples/s")
+    p.add_argument("--max-staleness", type=float, help="mean policy-version lag")
+    p.add_argument("--max-mem-frac", type=float, help="peak memory as a fraction of each GPU's")
+    p.add_argument("--jobs", type=int, default=1, help="evaluate populations across this many Ray tasks (default 1: in process)")
+    p.add_argument("--no-report", action="store_true", help="skip the plots and report.html")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _check(args) -> None:
+    if args.evals is not None and args.evals < 1:
+        raise InputError(None, "--evals", f"got {args.evals}", "a positive number of evaluations")
+    if args.time_s is not None and args.time_s <= 0:
+        raise InputError(None, "--time", f"got {args.time_s}", "a positive number of seconds")
+    if args.pop_size < 4:
+        raise InputError(None, "--pop-size", f"got {args.pop_size}", "at least 4")
+    if args.jobs < 1:
+        raise InputError(None, "--jobs", f"got {args.jobs}", "1 or more")
+    if args.max_mem_frac is not None and not 0 < args.max_mem_frac <= 1:
+        raise InputError(None, "--max-mem-frac", f"got {args.max_mem_frac}", "a fraction in (0, 1]")
+    for flag, v in (("--max-cost", args.max_cost), ("--min-throughput", args.min_throughput),
+                    ("--max-staleness", args.max_staleness)):
+        if v is not None and v < 0:
+            raise InputError(None, flag, f"got {v}", "a number >= 0")
+    algorithms.check_name(args.algorithm)
+
+
+def run(args) -> int:
+    from mosearch.planner.run import plan_run
+    from mosearch.report.terminal import console, front_table
+
+    _check(args)
+    evals = args.evals if args.evals is not None or args.time_s is not None else DEFAULT_EVALS
+    settings = SearchSettings(algorithm=args.algorithm, evals=evals, time_s=args.time_s, seed=args.seed,
+                              pop_size=args.pop_size, jobs=args.jobs, progress=not args.quiet)
+    limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
+    outcome = plan_run(args.cluster, args.workload, args.out, settings, limits, report=not args.no_report)
+    res = outcome.result
+    out = console()
+    knee_id = outcome.plans[outcome.knee].plan_id if outcome.knee is not None else None
+    top = outcome.plans[:10]
+    if knee_id and all(p.plan_id != knee_id for p in top):
+        top.append(outcome.plans[outcome.knee])
+    out.print(front_table(top, outcome.baselines,
+                              f"{len(outcome.plans)} Pareto plans (fastest 10 shown; all: mosearch show {args.out})",
+                              knee_id))
+    state = "PARTIAL (interrupted): " if res.partial else ""
+    out.print(f"{state}{res.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
+                  f"{res.history[-1]['hv']:.4f}; knee {knee_id}. Written to {args.out}/ "
+                  f"(front.csv, plans/, report.html). Next: mosearch pick {args.out}")
+    if res.partial:
+        print("mosearch: search interrupted; the front written is what was found so far", file=sys.stderr)
+        return 130
+    return 0

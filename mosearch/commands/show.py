@@ -1,0 +1,35 @@
+"""`mosearch show`: a run's front as a terminal table, with the baselines' plans beside it."""
+
+from __future__ import annotations
+
+import argparse
+
+
+from mosearch.report.terminal import console, SORT_KEYS, front_table, sort_plans
+from mosearch.results import load_run
+from problems.errors import InputError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("show", help="print a run's Pareto front as a table")
+    p.add_argument("run_dir", metavar="RUN", help="run directory written by `mosearch plan`")
+    p.add_argument("--sort", default="throughput", choices=list(SORT_KEYS),
+                   help="objective to sort by (best first; default throughput)")
+    p.add_argument("--limit", type=int, default=None, help="show at most N plans")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise InputError(None, "--limit", f"got {args.limit}", "a positive number of rows")
+    run_ = load_run(args.run_dir)
+    plans = sort_plans(run_.plans, args.sort)
+    shown = plans[: args.limit] if args.limit else plans
+    knee_id = run_.info.get("knee")
+    info = run_.info
+    src = f"{info.get('algorithm', '?')}, {info.get('evaluations', '?')} evaluations" if info else "no run.yaml"
+    title = (f"{len(run_.plans)} Pareto plans, sorted by {args.sort} ({src})"
+             + (f"; first {len(shown)} shown" if len(shown) < len(plans) else "")
+             + (" - PARTIAL: search interrupted" if run_.partial else ""))
+    console().print(front_table(shown, run_.baselines, title, knee_id))
+    return 0

@@ -1,0 +1,176 @@
+"""`mosearch plan` end to end: inputs -> problem -> seeded search -> run directory.
+
+Writes, each file atomically: front.csv, front.json, plans/<id>.yaml, baselines.csv/json
+(when the baseline planners give plans), history.csv, run.yaml, the PNG plots and
+report.html. An interrupted search still writes everything it found, marked partial.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from mosearch import decide, results
+from mosearch.decide import Limits
+from mosearch.planner import seeding
+from mosearch.planner.hv import scale_for
+from mosearch.planner.search import SearchResult, SearchSettings, run_search
+from problems.errors import NoFeasiblePlan
+from problems.placement.plan import Plan, file_sha256
+
+PACKAGES = ("mosearch", "numpy", "pymoo", "pydantic", "matplotlib", "plotly", "rich", "ray")
+
+
+@dataclass
+class PlanOutcome:
+    out: Path
+    plans: list[Plan]
+    baselines: dict[str, Plan]
+    knee: int | None
+    result: SearchResult
+    files: list[Path]
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def build_problem(cluster: str, workload: str, limits: Limits):
+    from problems.placement.problem import PlacementProblem
+
+    kw = {} if limits.max_mem_frac is None else {"max_mem_frac": limits.max_mem_frac}
+    return PlacementProblem.from_files(cluster, workload, max_cost_usd_h=limits.max_cost,
+                                       min_throughput=limits.min_throughput, max_staleness=limits.max_staleness, **kw)
+
+
+def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
+    """Archive -> plans, fastest first, named p000, p001, ...
+
+    Without the model's lifetime-planned memory peak: it replays one training iteration per
+    plan (~0.1 s each), minutes for a front of hundreds; peak_mem_frac is in every plan anyway."""
+    order = np.lexsort((F[:, 1], F[:, 0]))  # by -throughput, then cost
+    plans = []
+    for i, k in enumerate(order):
+        plans.append(problem.decode(X[k], plan_id=f"p{i:03d}", lifetime=False))
+    return plans
+
+
+def _miss(name: str, g: float, limits: Limits, max_mem: float) -> str:
+    """One never-met constraint in natural units (the problem scales the limit constraints)."""
+    if name == "max_cost" and limits.max_cost:
+        return f"the cheapest plan found costs {limits.max_cost * (1 + g):.3g} $/h > {limits.max_cost:g} $/h"
+    if name == "min_throughput" and limits.min_throughput:
+        return (f"the fastest plan found trains {limits.min_throughput * (1 - g):.3g} samples/s "
+                f"< {limits.min_throughput:g}")
+    if name == "max_staleness" and limits.max_staleness is not None:
+        return f"the freshest plan found has staleness {limits.max_staleness + g:.3g} > {limits.max_staleness:g}"
+    if name == "mem_fits":
+        return f"the least memory found is {max_mem + g:.3g} of a GPU > {max_mem:g}"
+    if name == "kv_fits":
+        return "no rollout engine found holds the KV cache of one longest sample"
+    return f"{name} (closest plan misses by {g:.3g})"
+
+
+def no_feasible(problem, result: SearchResult, limits: Limits) -> NoFeasiblePlan:
+    """The binding reason: a structural one (the model fits nowhere, from the model's own
+    explanation) or, in natural units, each constraint no evaluated plan ever met."""
+    reason = _structural_reason(problem)
+    if not reason:
+        from problems.placement.problem import CONSTRAINTS
+
+        names = list(getattr(problem, "constraint_names", None) or CONSTRAINTS)
+        g = result.g_best
+        max_mem = limits.max_mem_frac if limits.max_mem_frac is not None else 1.0
+        never = [] if g is None or len(g) != len(names) else list(np.flatnonzero(g > 0))
+        if never:
+            parts = [_miss(names[i], float(g[i]), limits, max_mem) for i in never]
+            reason = f"none of {result.evaluations} plans evaluated is feasible: " + "; ".join(parts)
+        else:
+            reason = (f"none of {result.evaluations} plans evaluated meets every constraint at once"
+                      + (f" under the limits {limits.describe()}" if limits.any() else ""))
+    return NoFeasiblePlan(problem.workload.path, None, reason,
+                          "a larger cluster, a smaller model or looser limits")
+
+
+def _structural_reason(problem) -> str | None:
+    """The model's own explanation when it has one (e.g. weights that fit no GPU group)."""
+    try:
+        from problems.placement import explain_infeasible  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return explain_infeasible(problem.cluster, problem.workload) or None
+
+
+def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSettings, limits: Limits = Limits(),
+             on_generation=None, report: bool = True) -> PlanOutcome:
+    out = Path(out)
+    problem = build_problem(cluster, workload, limits)
+    started = _dt.datetime.now(_dt.timezone.utc)
+    corners = seeding.Corners(problem, seed=settings.seed)
+    seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
+    scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
+    result = run_search(problem, settings, seeds_X, scale, on_generation)
+    if len(result.F) == 0:
+        raise no_feasible(problem, result, limits)
+
+    plans = decode_front(problem, result.X, result.F)
+    baselines = seeding.baseline_plans(problem, corners)
+    F = results.objective_matrix(plans)
+    knee = decide.knee(F) if len(plans) else None
+    t_write = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    results.write_front(out, plans)
+    if baselines:
+        results.write_baselines(out, baselines)
+    results.write_history(out, result.history)
+    info = {
+        "partial": bool(result.partial),
+        "stop_reason": result.stop_reason,
+        "cluster": {"path": str(cluster), "sha256": file_sha256(cluster)},
+        "workload": {"path": str(workload), "sha256": file_sha256(workload)},
+        "algorithm": settings.algorithm,
+        "seed": settings.seed,
+        "pop_size": settings.pop_size,
+        "evals_budget": settings.evals,
+        "time_limit_s": settings.time_s,
+        "jobs": settings.jobs,
+        "limits": {"max_cost_usd_h": limits.max_cost, "min_throughput": limits.min_throughput,
+                   "max_staleness": limits.max_staleness, "max_mem_frac": limits.max_mem_frac},
+        "evaluations": result.evaluations + corners.evaluations,
+        "search_evaluations": result.evaluations,
+        "seeding_evaluations": corners.evaluations,
+        "generations": result.generations,
+        "search_wall_s": round(result.wall_s, 3),
+        "front_size": len(plans),
+        "knee": plans[knee].plan_id if knee is not None else None,
+        "hypervolume": result.history[-1]["hv"] if result.history else None,
+        "hv_normalisation": scale.as_dict(),
+        "corner_seeds": sorted(corners.picks),
+        "seeds": int(len(seeds_X)),
+        "baselines": list(baselines),
+        "started_utc": started.isoformat(timespec="seconds"),
+        "versions": _versions(),
+    }
+    files = []
+    if report:
+        title = f"{problem.cluster.name} x {problem.workload.name}"
+        sub = (f"{len(plans)} Pareto plans from {result.evaluations} evaluations ({settings.algorithm}, seed "
+               f"{settings.seed}){' - PARTIAL: search interrupted' if result.partial else ''}")
+        from mosearch.report import write_report_files
+
+        files = write_report_files(out, plans, baselines, knee, result.history, title, sub)
+    info["write_wall_s"] = round(time.perf_counter() - t_write, 3)
+    results.write_run_info(out, info)
+    return PlanOutcome(out, plans, baselines, knee, result, files)

@@ -1,0 +1,189 @@
+"""Corner heuristics that seed the first population, and heuristic baseline plans.
+
+A small structured grid of plans is built and scored by the model in one vectorised call:
+footprints (every GPU; each GPU type alone; each pool at power-of-two sizes; role splits
+such as the fastest pools training while the others generate) crossed with execution
+modes and common layouts (TP, PP, sharding, micro-batch, recomputation, engine TP). From
+the feasible ones the corners are picked:
+
+- fastest: highest throughput, cost ignored;
+- cheapest: lowest $/h;
+- least-memory: lowest peak memory fraction;
+- on-policy: highest throughput with staleness 0;
+- verl-style: everything colocated on all GPUs of one type (the best such type).
+
+The best plan per GPU type ("homogeneous") and the verl-style plan double as baselines
+when `problems.placement` has no baseline planners of its own. The grid's evaluations
+count toward the run's evaluation total.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from mosearch.planner.archive import non_dominated_mask
+from problems.placement.plan import Plan
+
+GRID_MAX = 3000  # candidates scored (sampled from the grid when it is larger)
+KV_FRAC = 0.9  # vLLM's default gpu_memory_utilization
+LOG2_SEQS = 8  # 256 concurrent sequences per engine, vLLM's default max_num_seqs
+LOG2_CHUNKS = 2
+
+
+def _pow2_sizes(n: int) -> list[int]:
+    out, v = [], 1
+    while v < n:
+        out.append(v)
+        v *= 2
+    return out + [int(n)]
+
+
+def _footprints(problem):
+    """(rollout-or-shared vector, train vector, modes allowed, tag) per footprint."""
+    L = problem.layout
+    counts = L.counts.astype(int)
+    P = L.n_pools
+    gpus = [p.gpu.name for p in problem.cluster.pools]
+    tflops = np.array([p.gpu.tflops for p in problem.cluster.pools])
+    feet = []
+    z = np.zeros(P, dtype=int)
+    # colocated: shared GPUs
+    feet.append((counts.copy(), counts.copy(), "colo", "all"))
+    for t in sorted(set(gpus)):
+        m = np.array([g == t for g in gpus])
+        feet.append((np.where(m, counts, 0), np.where(m, counts, 0), "colo", f"verl:{t}"))
+    for i in range(P):
+        for n in _pow2_sizes(counts[i]):
+            v = z.copy()
+            v[i] = n
+            feet.append((v, v.copy(), "colo", f"type:{gpus[i]}"))
+    # disaggregated / async: disjoint roles
+    for share in (2, 4):  # 1/2 or 3/4 of every pool generates
+        r = counts - counts // share
+        feet.append((r, counts - r, "split", "all"))
+    for t in sorted(set(gpus)):
+        m = np.array([g == t for g in gpus])
+        r = counts - counts // 2
+        feet.append((np.where(m, r, 0), np.where(m, counts - r, 0), "split", f"type:{t}"))
+    order = np.argsort(-tflops, kind="stable")
+    for k in range(1, P):
+        train = np.isin(np.arange(P), order[:k])
+        feet.append((np.where(train, 0, counts), np.where(train, counts, 0), "split", "all"))
+        feet.append((np.where(train, counts, 0), np.where(train, 0, counts), "split", "all"))
+    return feet
+
+
+def candidates(problem, rng: np.random.Generator, max_n: int = GRID_MAX) -> tuple[np.ndarray, list[str]]:
+    L = problem.layout
+    P = L.n_pools
+    feet = _footprints(problem)
+    modes = {"colo": [(0, 0)], "split": [(1, 0), (2, L.max_staleness), (2, min(1, L.max_staleness))]}
+    combos = list(itertools.product(
+        range(len(L.tp_options)), range(min(3, len(L.pp_options))), (1, 3), (0, 2), (0, 1), range(int(L.rtp_n.max())),
+    ))
+    rows = [(f, m, c) for f in range(len(feet)) for m in modes[feet[f][2]] for c in range(len(combos))]
+    if len(rows) > max_n:
+        keep = rng.choice(len(rows), size=max_n, replace=False)
+        rows = [rows[i] for i in np.sort(keep)]
+    X = np.zeros((len(rows), L.n_var))
+    tags = []
+    route = 1 if len(problem.cluster.regions) > 1 else 0
+    for j, (f, (mode, k), c) in enumerate(rows):
+        roll, train, _, tag = feet[f]
+        tp_i, pp_i, shard, mb, rec, rtp_k = combos[c]
+        X[j, :P] = roll
+        X[j, P:2 * P] = train
+        X[j, 2 * P:3 * P] = np.minimum(rtp_k, L.rtp_n - 1)
+        for name, v in (("kv_mem_frac", KV_FRAC), ("log2_max_num_seqs", LOG2_SEQS), ("train_tp_idx", tp_i),
+                        ("train_pp_idx", pp_i), ("sharding", shard), ("log2_micro_batch", mb), ("recompute", rec),
+                        ("optimizer_offload", 0), ("mode", mode), ("staleness_bound", k),
+                        ("log2_pipeline_chunks", LOG2_CHUNKS), ("sync_route", route)):
+            X[j, L.g(name)] = v
+        tags.append(tag)
+    return L.repair(X), tags
+
+
+class Corners:
+    """The scored grid and the corner plans picked from it."""
+
+    def __init__(self, problem, seed: int = 0, max_n: int = GRID_MAX):
+        self.problem = problem
+        rng = np.random.default_rng(seed)
+        self.X, self.tags = candidates(problem, rng, max_n)
+        r = problem.evaluate_matrix(self.X)
+        self.evaluations = len(self.X)
+        self.thr = r["throughput_samples_s"]
+        self.cost = r["cost_usd_h"]
+        self.mem = r["peak_mem_frac"]
+        self.stale = r["staleness"]
+        self.ok = r["feasible"] > 0
+        self.picks = self._pick()
+
+    def _best(self, mask: np.ndarray, key: np.ndarray, tie: np.ndarray) -> int | None:
+        idx = np.flatnonzero(mask & self.ok)
+        if len(idx) == 0:
+            return None
+        return int(idx[np.lexsort((tie[idx], key[idx]))[0]])
+
+    def _pick(self) -> dict[str, int]:
+        every = np.ones(len(self.X), dtype=bool)
+        verl = np.array([t.startswith("verl:") for t in self.tags])
+        picks = {
+            "fastest": self._best(every, -self.thr, self.cost),
+            "cheapest": self._best(every, self.cost, -self.thr),
+            "least-memory": self._best(every, self.mem, -self.thr),
+            "on-policy": self._best(self.stale <= 0, -self.thr, self.cost),
+            "verl-style": self._best(verl, -self.thr, self.cost),
+        }
+        return {k: v for k, v in picks.items() if v is not None}
+
+    def seeds(self, n_extra: int, seed: int = 0) -> np.ndarray:
+        """The corners, then up to n_extra other non-dominated grid plans (spread at random)."""
+        corner = np.array(sorted(set(self.picks.values())), dtype=int)
+        ok = np.flatnonzero(self.ok)
+        F = np.column_stack([-self.thr, self.cost, self.mem, self.stale])[ok]
+        nd = ok[non_dominated_mask(F)]
+        nd = np.setdiff1d(nd, corner)
+        if len(nd) > n_extra:
+            nd = np.random.default_rng(seed).choice(nd, size=n_extra, replace=False)
+        return self.X[np.concatenate([corner, np.sort(nd)]).astype(int)]
+
+    def best_throughput(self) -> float:
+        i = self.picks.get("fastest")
+        return float(self.thr[i]) if i is not None else float(np.max(self.thr, initial=1.0))
+
+    def max_feasible_cost(self) -> float:
+        return float(self.cost[self.ok].max()) if self.ok.any() else 0.0
+
+    def heuristic_baselines(self) -> dict[str, np.ndarray]:
+        """verl-style colocated and the best homogeneous plan per GPU type."""
+        out = {}
+        if "verl-style" in self.picks:
+            out["verl-style colocated"] = self.X[self.picks["verl-style"]]
+        types = sorted({t.split(":", 1)[1] for t in self.tags if ":" in t})
+        for t in types:
+            m = np.array([tag in (f"type:{t}", f"verl:{t}") for tag in self.tags])
+            i = self._best(m, -self.thr, self.cost)
+            if i is not None:
+                out[f"best {t}-only"] = self.X[i]
+        return out
+
+
+def baseline_plans(problem, corners: Corners) -> dict[str, Plan]:
+    """Baseline planners' plans scored by the same model: problems.placement's own planners when
+    they exist, else the heuristic ones from the grid."""
+    try:
+        from problems.placement import baselines as planners  # type: ignore[attr-defined]
+    except ImportError:
+        planners = None
+    out: dict[str, Plan] = {}
+    if planners is not None and hasattr(planners, "all_baselines"):
+        for name, plan in planners.all_baselines(problem).items():
+            out[name] = plan if plan.predicted else problem.decode(problem.encode(plan), plan_id=f"base-{name}")
+        return out
+    for name, x in corners.heuristic_baselines().items():
+        slug = name.replace(" ", "-").replace("@", "-")
+        out[name] = problem.decode(x, plan_id=f"baseline-{slug}", lifetime=False)
+    return out

@@ -1,0 +1,149 @@
+"""Terminal tables (rich): the front, the baselines, and one chosen plan."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from problems.placement.plan import Plan
+
+# column key -> (heading, format, higher is better)
+METRIC_COLUMNS = {
+    "throughput_samples_s": ("samples/s", "{:.2f}", True),
+    "throughput_tokens_s": ("tokens/s", "{:,.0f}", True),
+    "cost_usd_h": ("$/h", "{:.4g}", False),
+    "usd_per_1k_samples": ("$/1k samples", "{:.3g}", False),
+    "peak_mem_frac": ("peak mem", "{:.3f}", False),
+    "staleness": ("staleness", "{:.2f}", False),
+}
+SORT_KEYS = {
+    "throughput": "throughput_samples_s", "tokens": "throughput_tokens_s", "cost": "cost_usd_h",
+    "usd_per_1k": "usd_per_1k_samples", "memory": "peak_mem_frac", "staleness": "staleness",
+}
+
+
+# Piped output (no terminal to measure) gets a wide page instead of rich's 80 columns.
+PIPE_WIDTH = 160
+
+
+def console() -> Console:
+    c = Console()
+    if not c.is_terminal:
+        c = Console(width=PIPE_WIDTH)
+    return c
+
+
+def step_parts(predicted: dict[str, float]) -> dict[str, float]:
+    """The step breakdown in seconds and the memory figures in GB (not flags and counts)."""
+    return {k: v for k, v in predicted.items()
+            if k not in METRIC_COLUMNS and (k.endswith("_s") or k.endswith("_gb"))}
+
+
+def _value(plan: Plan, key: str) -> float:
+    v = plan.predicted.get(key)
+    return float("nan") if v is None else float(v)
+
+
+def _fmt(plan: Plan, key: str) -> str:
+    v = _value(plan, key)
+    return "-" if not np.isfinite(v) else METRIC_COLUMNS[key][1].format(v)
+
+
+def roles_summary(plan: Plan) -> str:
+    """'8 H100@us: 8 shared | 16 L40S@eu: 12 rollout (TP 2), 4 train' style, pools used only."""
+    parts = []
+    for p in plan.pools:
+        if not p.used_gpus:
+            continue
+        roles = []
+        if p.shared_gpus:
+            roles.append(f"{p.shared_gpus} shared")
+        if p.rollout_gpus:
+            roles.append(f"{p.rollout_gpus} rollout")
+        if p.train_gpus:
+            roles.append(f"{p.train_gpus} train")
+        parts.append(f"{p.pool}: {', '.join(roles)} (rollout TP {p.rollout_tp})")
+    return "; ".join(parts)
+
+
+def layout_summary(plan: Plan) -> str:
+    t = plan.train
+    extra = [t.sharding] + (["recompute"] if t.recompute else []) + (["opt offload"] if t.optimizer_offload else [])
+    return f"DP{t.dp} TP{t.tp} PP{t.pp} mb{t.micro_batch} {' '.join(extra)}"
+
+
+def mode_summary(plan: Plan) -> str:
+    e = plan.execution
+    return e.mode + (f" k={e.staleness_bound}" if e.mode == "async" else "")
+
+
+def sort_plans(plans: list[Plan], sort: str) -> list[Plan]:
+    key = SORT_KEYS[sort]
+    higher = METRIC_COLUMNS[key][2]
+    vals = np.array([_value(p, key) for p in plans])
+    order = np.argsort(-vals if higher else vals, kind="stable")
+    return [plans[i] for i in order]
+
+
+def front_table(plans: list[Plan], baselines: dict[str, Plan], title: str, knee_id: str | None) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("plan")
+    for key, (head, _, _) in METRIC_COLUMNS.items():
+        t.add_column(head, justify="right")
+    t.add_column("GPUs", justify="right")
+    t.add_column("mode")
+    t.add_column("training layout")
+    for p in plans:
+        name = p.plan_id + (" (knee)" if p.plan_id == knee_id else "")
+        t.add_row(name, *[_fmt(p, k) for k in METRIC_COLUMNS], str(p.used_gpus), mode_summary(p), layout_summary(p),
+                  style="bold" if p.plan_id == knee_id else None)
+    if baselines:
+        t.add_section()
+        for name, p in baselines.items():
+            t.add_row(f"baseline: {name}", *[_fmt(p, k) for k in METRIC_COLUMNS], str(p.used_gpus),
+                      mode_summary(p), layout_summary(p), style="dim")
+    return t
+
+
+def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
+    """The chosen plan: which GPU does what, layout and mode, predictions against the front's range."""
+    roles = Table(title=f"plan {plan.plan_id}: who does what", title_justify="left")
+    for col in ("pool", "GPU", "region", "rollout", "train", "shared", "rollout TP", "engines"):
+        roles.add_column(col, justify="left" if col in ("pool", "GPU", "region") else "right")
+    for p in plan.pools:
+        roles.add_row(p.pool, p.gpu, p.region, str(p.rollout_gpus), str(p.train_gpus), str(p.shared_gpus),
+                      str(p.rollout_tp), str(p.rollout_engines))
+    lay = Table(title="layout and execution", title_justify="left", show_header=False)
+    lay.add_column("what")
+    lay.add_column("value")
+    t, e, r = plan.train, plan.execution, plan.rollout
+    lay.add_row("training", f"DP {t.dp} x TP {t.tp} x PP {t.pp} = {t.dp * t.tp * t.pp} GPUs, {t.sharding}, "
+                            f"micro-batch {t.micro_batch}, recompute {'on' if t.recompute else 'off'}, "
+                            f"optimizer offload {'on' if t.optimizer_offload else 'off'}")
+    lay.add_row("rollout", f"{plan.rollout_engines} vLLM engine(s), KV memory fraction {r.kv_mem_frac:g}, "
+                           f"{r.max_num_seqs} concurrent sequences per engine")
+    lay.add_row("execution", f"{e.mode}" + (f", staleness bound k = {e.staleness_bound}" if e.mode == "async" else "")
+                + f", {e.pipeline_chunks} pipeline chunk(s)")
+    lay.add_row("weight sync", plan.weight_sync.route)
+
+    pred = Table(title="predicted, against the front", title_justify="left")
+    for col in ("objective", "this plan", "front best", "front worst"):
+        pred.add_column(col, justify="left" if col == "objective" else "right")
+    for key, (head, fmt, higher) in METRIC_COLUMNS.items():
+        vals = np.array([_value(p, key) for p in front])
+        vals = vals[np.isfinite(vals)]
+        best = (vals.max() if higher else vals.min()) if len(vals) else float("nan")
+        worst = (vals.min() if higher else vals.max()) if len(vals) else float("nan")
+        pred.add_row(head, _fmt(plan, key), "-" if not np.isfinite(best) else fmt.format(best),
+                     "-" if not np.isfinite(worst) else fmt.format(worst))
+    steps = step_parts(plan.predicted)
+    tables = [roles, lay, pred]
+    if steps:
+        st = Table(title="predicted step breakdown (s) and memory (GB)", title_justify="left")
+        st.add_column("part")
+        st.add_column("value", justify="right")
+        for k, v in steps.items():
+            st.add_row(k, f"{v:.4g}")
+        tables.append(st)
+    return tables

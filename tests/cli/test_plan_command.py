@@ -1,0 +1,168 @@
+"""`mosearch plan` on the real placement problem: the files of the contract, the report, the
+partial-result path, the no-feasible-plan path and bad input."""
+
+import csv
+import hashlib
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from mosearch.cli import main
+from mosearch.decide import Limits
+from mosearch.planner.run import plan_run
+from mosearch.planner.search import SearchSettings
+from mosearch.results import FRONT_COLUMNS, load_run
+from problems.placement.plan import load_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = ROOT / "problems" / "clusters"
+WORKLOADS = ROOT / "problems" / "workloads"
+MIXED8 = str(CLUSTERS / "mixed-8.yaml")
+QWEN7 = str(WORKLOADS / "qwen2.5-7b-grpo.yaml")
+
+
+def sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_front_files_follow_the_contract(mixed8_run):
+    with open(mixed8_run / "front.csv") as fh:
+        rows = list(csv.DictReader(fh))
+        header = rows and list(rows[0])
+    assert tuple(header[: len(FRONT_COLUMNS)]) == FRONT_COLUMNS
+    assert any(h.endswith(".shared_gpus") for h in header) and "execution.mode" in header
+    data = json.loads((mixed8_run / "front.json").read_text())["plans"]
+    assert [d["plan_id"] for d in data] == [r["plan_id"] for r in rows]
+    files = sorted(p.name for p in (mixed8_run / "plans").glob("*.yaml"))
+    assert files == sorted(f"{r['plan_id']}.yaml" for r in rows)
+    F = np.array([[float(r[c]) for c in ("throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")] for r in rows])
+    M = F * np.array([-1, 1, 1, 1])
+    # mutually non-dominated, as a Pareto front must be
+    for i in range(len(M)):
+        dom = (M <= M[i]).all(axis=1) & (M < M[i]).any(axis=1)
+        assert not dom.any(), rows[i]["plan_id"]
+    assert (F[:, 2] <= 1.0).all()
+    for r in rows:
+        plan = load_plan(mixed8_run / "plans" / f"{r['plan_id']}.yaml")
+        assert plan.plan_id == r["plan_id"]
+        assert plan.predicted["throughput_samples_s"] == pytest.approx(float(r["throughput_samples_s"]))
+        assert plan.cluster.sha256 == sha(MIXED8) and plan.workload.sha256 == sha(QWEN7)
+
+
+def test_run_yaml_and_history(mixed8_run):
+    info = yaml.safe_load((mixed8_run / "run.yaml").read_text())
+    assert info["partial"] is False
+    assert info["cluster"]["sha256"] == sha(MIXED8) and info["workload"]["sha256"] == sha(QWEN7)
+    assert info["seed"] == 3 and info["algorithm"] == "maoea-cs"
+    assert {"python", "numpy", "pymoo"} <= set(info["versions"])
+    assert info["search_evaluations"] >= 1500
+    assert set(info["corner_seeds"]) >= {"fastest", "cheapest", "least-memory"}
+    with open(mixed8_run / "history.csv") as fh:
+        hist = list(csv.DictReader(fh))
+    hv = [float(h["hv"]) for h in hist]
+    ev = [int(h["evaluations"]) for h in hist]
+    assert ev == sorted(ev) and hv == sorted(hv)  # the archive never loses volume
+    assert hv[-1] > 0 and hv[-1] == pytest.approx(info["hypervolume"])
+
+
+def test_plots_and_offline_report(mixed8_run):
+    for name in ("scatter_matrix.png", "throughput_cost.png", "parallel_coordinates.png", "hv_history.png"):
+        assert (mixed8_run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    html = (mixed8_run / "report.html").read_text()
+    assert "<script src=" not in html  # nothing fetched from the network
+    assert "Plotly.newPlot" in html and len(html) > 1_000_000  # plotly.js itself is inlined
+    run = load_run(mixed8_run)
+    assert all(p.plan_id in html for p in run.plans)
+    assert "plotly_hover" in html and 'id="f-cost"' in html
+
+
+def test_partial_result_on_interrupt(tmp_path):
+    """A real SIGINT during the search: the run stops after that batch and writes what it found."""
+    out = tmp_path / "partial"
+
+    def interrupt(row, stop):
+        if row["generation"] == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    outcome = plan_run(MIXED8, QWEN7, out, SearchSettings(evals=50_000, pop_size=40, progress=False),
+                       on_generation=interrupt)
+    assert outcome.result.partial and outcome.result.stop_reason == "interrupted"
+    assert outcome.result.evaluations < 50_000
+    run = load_run(out)
+    assert run.partial and run.info["stop_reason"] == "interrupted"
+    assert len(run.plans) == len(outcome.plans) > 0
+    assert "PARTIAL" in (out / "report.html").read_text()
+    # the handler was restored: SIGINT is Python's default again
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_second_interrupt_stops_at_once(tmp_path):
+    def interrupt_twice(row, stop):
+        if row["generation"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt inside the search
+
+    outcome = plan_run(MIXED8, QWEN7, tmp_path / "p2", SearchSettings(evals=50_000, pop_size=40, progress=False),
+                       on_generation=interrupt_twice, report=False)
+    assert outcome.result.partial and load_run(tmp_path / "p2").partial
+
+
+def test_time_limit_is_not_partial(tmp_path):
+    outcome = plan_run(MIXED8, QWEN7, tmp_path / "t", SearchSettings(time_s=1.0, pop_size=40, progress=False),
+                       report=False)
+    r = outcome.result
+    assert r.stop_reason == "time" and not r.partial
+    assert 1.0 <= r.history[-1]["wall_s"] < 10
+
+
+def test_no_feasible_plan_exits_1_with_the_reason(tmp_path, capsys):
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("name: tiny\nregions:\n  r: {inter_node_gbs: 25}\n"
+                    "node_groups:\n  - {gpu: L4, nodes: 1, gpus_per_node: 4, region: r}\n")
+    out = tmp_path / "none"
+    code = main(["plan", "--cluster", str(tiny), "--workload", str(WORKLOADS / "llama3.1-70b-ppo.yaml"),
+                 "--out", str(out), "--evals", "500", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "llama3.1-70b" in err and "L4" in err
+    assert not (out / "front.csv").exists()
+
+
+def test_limits_nothing_meets_them(tmp_path, capsys):
+    code = main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / "x"), "--evals", "400",
+                 "--pop-size", "20", "--max-cost", "0.5", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and "$/h > 0.5 $/h" in err
+
+
+def test_limits_are_respected_by_the_front(tmp_path):
+    out = plan_run(MIXED8, QWEN7, tmp_path / "lim", SearchSettings(evals=800, pop_size=20, progress=False),
+                   Limits(max_cost=10.0, max_staleness=0.0), report=False)
+    F = load_run(tmp_path / "lim").F
+    assert len(F) and (F[:, 1] <= 10.0).all() and (F[:, 3] <= 0.0).all()
+    assert out.result.evaluations >= 800
+
+
+@pytest.mark.parametrize("algorithm", ["random", "nsga3"])
+def test_baseline_algorithms_by_name(tmp_path, algorithm):
+    code = main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / algorithm),
+                 "--algorithm", algorithm, "--evals", "600", "--quiet", "--no-report"])
+    assert code == 0
+    run = load_run(tmp_path / algorithm)
+    assert run.info["algorithm"] == algorithm and len(run.plans) > 0
+
+
+@pytest.mark.parametrize("argv, key", [
+    (["--evals", "0"], "--evals"),
+    (["--algorithm", "simulated-annealing"], "--algorithm"),
+    (["--max-mem-frac", "1.5"], "--max-mem-frac"),
+    (["--jobs", "0"], "--jobs"),
+])
+def test_bad_options_exit_2(tmp_path, capsys, argv, key):
+    code = main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / "bad"), *argv])
+    assert code == 2 and key in capsys.readouterr().err
