@@ -1,0 +1,91 @@
+"""`mosearch pick` and `mosearch show` on a real run directory, and atomic result writes."""
+
+import os
+
+import numpy as np
+import pytest
+
+import problems.atomic
+from mosearch import decide
+from mosearch.cli import main
+from mosearch.results import load_run, write_front
+from problems.placement.plan import load_plan
+
+
+def test_show_lists_the_front_sorted(mixed8_run, capsys):
+    assert main(["show", str(mixed8_run), "--sort", "cost", "--limit", "3"]) == 0
+    out = capsys.readouterr().out
+    run = load_run(mixed8_run)
+    cheapest = sorted(run.plans, key=lambda p: p.predicted["cost_usd_h"])[:3]
+    pos = [out.index(p.plan_id) for p in cheapest]
+    assert pos == sorted(pos)  # in cost order
+    assert "baseline: verl-style colocated" in out  # baselines beside the front
+    assert f"{len(run.plans)} Pareto plans" in out
+
+
+def test_show_missing_run_is_an_input_error(tmp_path, capsys):
+    assert main(["show", str(tmp_path / "nothing")]) == 2
+    assert "front.json" in capsys.readouterr().err
+
+
+def test_pick_knee_writes_a_loadable_plan(mixed8_run, tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    assert main(["pick", str(mixed8_run), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    run = load_run(mixed8_run)
+    knee = run.plans[decide.knee(run.F)]
+    plan = load_plan(out)
+    assert plan.plan_id == knee.plan_id == run.info["knee"]
+    assert "who does what" in text and "front best" in text
+    for p in plan.pools:
+        assert p.pool in text
+
+
+def test_pick_default_output_is_in_the_run(mixed8_run):
+    assert main(["pick", str(mixed8_run), "--knee"]) == 0
+    assert load_plan(mixed8_run / "plan.yaml").plan_id
+
+
+def test_pick_with_limits_and_weights(mixed8_run, tmp_path):
+    run = load_run(mixed8_run)
+    F = run.F
+    budget = float(np.median(F[:, 1]))
+    out = tmp_path / "w.yaml"
+    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--weights", "throughput=1", "--out", str(out)]) == 0
+    plan = load_plan(out)
+    ok = F[:, 1] <= budget
+    assert plan.predicted["cost_usd_h"] <= budget
+    assert plan.predicted["throughput_samples_s"] == pytest.approx(F[ok, 0].max())
+
+
+def test_pick_nothing_meets_the_limits(mixed8_run, tmp_path, capsys):
+    out = tmp_path / "none.yaml"
+    code = main(["pick", str(mixed8_run), "--max-cost", "0.01", "--min-throughput", "1e6", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 1 and not out.exists()
+    assert "No plan" in text and "closest" in text
+
+
+def test_pick_bad_weights(mixed8_run, capsys):
+    assert main(["pick", str(mixed8_run), "--weights", "speed=2"]) == 2
+    assert "--weights" in capsys.readouterr().err
+
+
+def test_atomic_front_write_keeps_the_old_files_on_failure(mixed8_run, tmp_path, monkeypatch):
+    run = load_run(mixed8_run)
+    target = tmp_path / "run"
+    write_front(target, run.plans[:2])
+    before = (target / "front.csv").read_text()
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(problems.atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        write_front(target, run.plans)
+    monkeypatch.undo()
+    assert (target / "front.csv").read_text() == before  # never half a file
+    assert not [f for f in os.listdir(target) if f.endswith(".tmp")]  # no temporary left behind
+    write_front(target, run.plans)
+    assert load_run(mixed8_run).F.shape == run.F.shape
+    assert sorted(p.name for p in (target / "plans").glob("*.yaml")) == sorted(f"{p.plan_id}.yaml" for p in run.plans)

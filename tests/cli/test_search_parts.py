@@ -1,0 +1,66 @@
+"""The planner's archive, hypervolume and Ray evaluation against plain computations."""
+
+import numpy as np
+import pytest
+
+from mosearch.planner.archive import Archive, non_dominated_mask
+from mosearch.planner.hv import HVScale
+
+
+def brute_nd(F):
+    keep = []
+    for i, f in enumerate(F):
+        dom = ((F <= f).all(axis=1) & (F < f).any(axis=1)).any()
+        dup = any((F[j] == f).all() for j in range(i))
+        keep.append(not dom and not dup)
+    return np.array(keep)
+
+
+def test_non_dominated_mask_matches_brute_force():
+    rng = np.random.default_rng(0)
+    F = np.round(rng.random((300, 4)), 1)  # coarse values: many ties and duplicates
+    assert (non_dominated_mask(F) == brute_nd(F)).all()
+
+
+def test_archive_in_batches_equals_front_of_everything():
+    rng = np.random.default_rng(1)
+    X = rng.random((1000, 3))
+    F = np.round(rng.random((1000, 4)), 2)
+    feas = rng.random(1000) < 0.7
+    a = Archive(3, 4)
+    for s in range(0, 1000, 64):
+        a.add(X[s:s + 64], F[s:s + 64], feas[s:s + 64])
+    ref = F[feas][brute_nd(F[feas])]
+    assert len(a) == len(ref)
+    assert {tuple(r) for r in a.F} == {tuple(r) for r in ref}
+    # X stays paired with its F
+    for x, f in zip(a.X, a.F):
+        i = np.flatnonzero((X == x).all(axis=1))[0]
+        assert (F[i] == f).all()
+
+
+def test_hv_of_one_point():
+    s = HVScale(throughput=10.0, cost=100.0, staleness=4.0)
+    # throughput 5 -> 0.5, cost 50 -> 0.5, memory 0.5, staleness 2 -> 0.5: box of 0.6^4
+    assert s.hv(np.array([[-5.0, 50.0, 0.5, 2.0]])) == pytest.approx(0.6 ** 4)
+    assert s.hv(np.array([[-5.0, 500.0, 0.5, 2.0]])) == 0.0  # beyond the reference point
+
+
+@pytest.mark.slow
+def test_ray_evaluation_equals_in_process():
+    """--jobs: the real placement problem evaluated across two Ray tasks gives the same arrays."""
+    from pathlib import Path
+
+    from mosearch.planner.parallel import RayEvaluation
+    from problems.placement.problem import PlacementProblem
+
+    root = Path(__file__).resolve().parents[2]
+    p = PlacementProblem.from_files(root / "problems/clusters/mixed-8.yaml", root / "problems/workloads/qwen2.5-7b-grpo.yaml")
+    X = np.random.default_rng(2).uniform(p.xl, p.xu, (37, p.n_var))
+    ev = RayEvaluation(p, 2)
+    try:
+        out = ev(X, ["F", "G"])
+    finally:
+        ev.close()
+    ref = p.evaluate(X, return_values_of=["F", "G"], return_as_dictionary=True)
+    assert np.allclose(out["F"], ref["F"]) and np.allclose(out["G"], ref["G"])
