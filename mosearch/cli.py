@@ -11,6 +11,7 @@ from problems.errors import InputError
 # Modules under mosearch.commands, in the order `mosearch --help` lists them.
 COMMANDS = [
     "inspect",
+    "bench",
     "plan",
     "pick",
     "show",

@@ -1,0 +1,115 @@
+"""The single-objective baseline planners' plans and the exact front, as objective point sets.
+
+Baseline planners come from `problems.placement.baselines.BASELINE_PLANNERS` when that
+registry exists (verl-style colocated, best homogeneous, HetRL-style successive halving,
+MILP); otherwise the two heuristic ones of the planner's corner grid (verl-style colocated
+and the best single-GPU-type plan) stand in, and the table says which source it used.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mosearch.planner import seeding
+from problems.placement.problem import PlacementProblem, objectives
+
+# canonical names used by the plan-quality table
+VERL = "verl-style colocated"
+HOMOGENEOUS = "best homogeneous"
+HETRL = "HetRL-style"
+MILP = "MILP"
+
+
+def _registry():
+    try:
+        from problems.placement.baselines import BASELINE_PLANNERS  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return BASELINE_PLANNERS
+
+
+def source() -> str:
+    return "problems.placement.baselines" if _registry() is not None else "corner-grid heuristics (seeding.py)"
+
+
+def _canonical(name: str) -> str:
+    n = name.lower()
+    if "verl" in n:
+        return VERL
+    if "homog" in n:
+        return HOMOGENEOUS
+    if "hetrl" in n or "halving" in n:
+        return HETRL
+    if "milp" in n:
+        return MILP
+    return name
+
+
+def _as_vectors(problem: PlacementProblem, out) -> np.ndarray:
+    """A planner's output (plan, vector, list of either, or an object holding them) as vectors."""
+    for attr in ("plans", "plan", "X", "x"):
+        if not isinstance(out, (list, tuple, np.ndarray)) and hasattr(out, attr):
+            out = getattr(out, attr)
+            break
+    if out is None:
+        return np.empty((0, problem.n_var))
+    if isinstance(out, np.ndarray):
+        return np.atleast_2d(out.astype(float))
+    items = list(out) if isinstance(out, (list, tuple)) else [out]
+    rows = [np.asarray(problem.encode(p) if hasattr(p, "roles") or hasattr(p, "pools") else p, dtype=float)
+            for p in items if p is not None]
+    return np.atleast_2d(np.array(rows)) if rows else np.empty((0, problem.n_var))
+
+
+def baseline_points(problem: PlacementProblem, seed: int = 0) -> dict[str, dict]:
+    """name -> {"front": feasible objective rows (minimised), "wall_s", "evaluations"}."""
+    reg = _registry()
+    out: dict[str, dict] = {}
+    if reg is not None:
+        for name, planner in reg.items():
+            fn = getattr(planner, "run", planner)
+            t = time.perf_counter()
+            try:
+                res = fn(problem, seed=seed)
+            except TypeError:
+                res = fn(problem)
+            X = _as_vectors(problem, res)
+            out[_canonical(name)] = _score(problem, X, time.perf_counter() - t, getattr(res, "evaluations", None))
+        return out
+    t = time.perf_counter()
+    corners = seeding.Corners(problem, seed=seed)
+    plans = corners.heuristic_baselines()
+    wall = time.perf_counter() - t
+    homog = {k: v for k, v in plans.items() if k.startswith("best ")}
+    if VERL in plans:
+        out[VERL] = _score(problem, plans[VERL][None, :], wall, corners.evaluations)
+    if homog:
+        X = np.array(list(homog.values()))
+        best = _score(problem, X, wall, corners.evaluations)
+        # the fastest single-type plan (ties: cheaper)
+        F = np.array(best["front"]) if best["front"] else np.empty((0, 4))
+        if len(F):
+            i = int(np.lexsort((F[:, 1], F[:, 0]))[0])
+            best["front"] = [best["front"][i]]
+        out[HOMOGENEOUS] = best
+    return out
+
+
+def _score(problem: PlacementProblem, X: np.ndarray, wall: float, evaluations) -> dict:
+    if len(X) == 0:
+        return {"front": [], "wall_s": round(wall, 4), "evaluations": evaluations}
+    r = problem.evaluate_matrix(X)
+    ok = r["feasible"] > 0
+    F = objectives(r)[ok]
+    return {"front": np.round(F, 6).tolist(), "wall_s": round(wall, 4), "evaluations": evaluations}
+
+
+def exact_front(problem: PlacementProblem) -> dict:
+    """The exact feasible front by enumeration (small clusters only)."""
+    from problems.placement.enumerate import enumerate_front
+
+    r = enumerate_front(problem)
+    return {"front": np.round(r.front_F, 6).tolist(), "wall_s": round(r.seconds, 2), "evaluations": int(r.n_evaluated),
+            "n_space": int(r.n_space), "kv_grid": list(r.kv_grid)}

@@ -1,0 +1,535 @@
+"""`mosearch bench planners`: search quality, anytime behaviour, plan quality and planner speed.
+
+For every shipped cluster x workload pair, every search method (MaOEA-CS and the baselines
+registry) runs to the same number of evaluations over several seeds; the single-objective
+baseline planners' plans and (on mixed-8) the exact enumerated front are scored as point
+sets. Each finished run is appended to a JSON-lines cache beside the table, so a partial
+re-run (`--scenarios`, `--seeds`, `--evals`, `--methods`) computes only what is missing and
+the table is always rebuilt from everything cached at the requested budget. The markdown is
+written atomically; one PNG per scenario shows hypervolume against evaluations and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mosearch.bench import baseline_plans as bp
+from mosearch.bench import scenarios as sc
+from problems.atomic import atomic_write_text
+from problems.errors import InputError
+
+DEFAULT_OUTPUT = Path("results/bench/planners.md")
+DEFAULT_EVALS = 5_000
+DEFAULT_SEEDS = 5
+EXACT_CLUSTERS = ("mixed-8",)
+TARGET_SHARE = 0.8
+TARGET_EXACT = 0.99
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenarios", default="all",
+                   help="comma list of CLUSTER or CLUSTER:WORKLOAD (e.g. mixed-8,h100-64:qwen2.5-7b-grpo); default all")
+    p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"runs per method and scenario, seeds 1..S (default {DEFAULT_SEEDS})")
+    p.add_argument("--evals", type=int, default=DEFAULT_EVALS, help=f"equal evaluation budget per run (default {DEFAULT_EVALS})")
+    p.add_argument("--methods", default="all", help=f"comma list from: {', '.join(sc.SEARCH_METHODS)} (default all)")
+    p.add_argument("--no-exact", action="store_true", help="skip the exhaustive enumeration on mixed-8")
+    p.add_argument("--scale", default="default", help="speed-and-scale part: 'default' (8..4096 GPUs), 'quick' (8, 64), or 'none'")
+    p.add_argument("--output", default=str(DEFAULT_OUTPUT), help="markdown table to write")
+    p.add_argument("--cache", default=None, help="JSON-lines run cache (default: beside the output, *_runs.jsonl)")
+    p.add_argument("--render-only", action="store_true", help="rebuild the table and plots from the cache")
+
+
+# ---------------------------------------------------------------- options
+def parse_scenarios(text: str) -> list[tuple[str, str]]:
+    every = sc.all_scenarios()
+    if text.strip().lower() == "all":
+        return every
+    out = []
+    for part in filter(None, (s.strip() for s in text.split(","))):
+        cl, _, wl = part.partition(":")
+        hit = [(c, w) for c, w in every if c == cl and (not wl or w == wl)]
+        if not hit:
+            raise InputError(None, "--scenarios", f"unknown scenario {part!r}",
+                             f"CLUSTER[:WORKLOAD] with CLUSTER in {', '.join(sc.CLUSTERS)} and WORKLOAD in "
+                             f"{', '.join(sc.WORKLOADS)}")
+        out += hit
+    return list(dict.fromkeys(out))
+
+
+def parse_methods(text: str) -> list[str]:
+    if text.strip().lower() == "all":
+        return list(sc.SEARCH_METHODS)
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in sc.SEARCH_METHODS]
+    if bad or not names:
+        raise InputError(None, "--methods", f"unknown method {bad[0] if bad else text!r}",
+                         f"comma list from: {', '.join(sc.SEARCH_METHODS)}")
+    return [m for m in sc.SEARCH_METHODS if m in names]
+
+
+# ---------------------------------------------------------------- cache
+def _key(r: dict) -> tuple:
+    return (r["kind"], r["scenario"], r.get("method"), r.get("seed"), r.get("evals"))
+
+
+def load_cache(path: Path) -> dict[tuple, dict]:
+    runs: dict[tuple, dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill
+            runs[_key(r)] = r
+    return runs
+
+
+def _append(path: Path, runs: dict, r: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:  # one line per finished item: a killed run loses only itself
+        f.write(json.dumps(r) + "\n")
+    runs[_key(r)] = r
+
+
+def measure(scenarios, methods, seeds: int, evals: int, exact: bool, cache: Path, runs: dict, log=print) -> None:
+    for cl, wl in scenarios:
+        sid = sc.scenario_id(cl, wl)
+        problem = sc.load_problem(cl, wl)
+        ref = sc.reference(problem)
+        if ("reference", sid, None, None, None) not in runs:
+            _append(cache, runs, {"kind": "reference", "scenario": sid, "feasible": ref.feasible,
+                                  "scale": ref.scale.as_dict()})
+        if not ref.feasible:
+            log(f"{sid}: no feasible plan in the corner grid; skipped")
+            continue
+        if ("baselines", sid, None, None, None) not in runs:
+            _append(cache, runs, {"kind": "baselines", "scenario": sid, "source": bp.source(),
+                                  "plans": bp.baseline_points(problem)})
+        if exact and cl in EXACT_CLUSTERS and ("exact", sid, None, None, None) not in runs:
+            log(f"{sid}: enumerating the exact front ...")
+            _append(cache, runs, {"kind": "exact", "scenario": sid, **bp.exact_front(problem)})
+        for seed in range(1, seeds + 1):
+            for m in methods:
+                k = ("run", sid, m, seed, evals)
+                if k in runs:
+                    continue
+                r = sc.run_method(problem, m, evals, seed, ref.scale)
+                _append(cache, runs, {"kind": "run", "scenario": sid, "method": m, "seed": seed, "evals": evals, **r})
+                log(f"{sid} {m} seed {seed}: hv {r['hv']:.4f}, {r['wall_s']:.1f} s")
+
+
+# ---------------------------------------------------------------- numbers
+def _hv(scale: dict, front) -> float:
+    from mosearch.planner.hv import HVScale
+
+    s = HVScale(scale["throughput_samples_s"], scale["cost_usd_h"], scale["staleness"])
+    return s.hv(np.array(front, dtype=float).reshape(-1, 4))
+
+
+def _q(v) -> tuple[float, float, float]:
+    v = np.asarray(v, dtype=float)
+    return tuple(float(x) for x in np.percentile(v, [25, 50, 75]))
+
+
+def _fmt(x, digits=4) -> str:
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "—"
+    return f"{x:.{digits}g}"
+
+
+def scenario_data(runs: dict, sid: str, methods, seeds: int, evals: int) -> dict | None:
+    ref = runs.get(("reference", sid, None, None, None))
+    if ref is None:
+        return None
+    d = {"sid": sid, "feasible": ref["feasible"], "scale": ref["scale"], "runs": {}, "baselines": {}, "exact": None}
+    if not ref["feasible"]:
+        return d
+    for m in methods:
+        rs = [runs[k] for s in range(1, seeds + 1) if (k := ("run", sid, m, s, evals)) in runs]
+        if rs:
+            d["runs"][m] = rs
+    b = runs.get(("baselines", sid, None, None, None))
+    if b:
+        d["baseline_source"] = b["source"]
+        for name, rec in b["plans"].items():
+            d["baselines"][name] = {**rec, "hv": _hv(ref["scale"], rec["front"])}
+    e = runs.get(("exact", sid, None, None, None))
+    if e:
+        d["exact"] = {**e, "hv": _hv(ref["scale"], e["front"])}
+    return d
+
+
+def time_to(rs: list[dict], target: float) -> tuple[float | None, float | None, int]:
+    """Median evaluations and seconds at which a run's HV first reaches `target` (over the runs that do)."""
+    ev, wall = [], []
+    for r in rs:
+        for n, w, h in r["curve"]:
+            if h >= target:
+                ev.append(n)
+                wall.append(w)
+                break
+    if not ev:
+        return None, None, 0
+    return float(np.median(ev)), float(np.median(wall)), len(ev)
+
+
+def best_under(front, max_cost=None, min_thr=None) -> tuple[float | None, float | None]:
+    """(highest throughput at cost <= max_cost, lowest cost at throughput >= min_thr) on a front."""
+    F = np.array(front, dtype=float).reshape(-1, 4)
+    thr, cost = -F[:, 0], F[:, 1]
+    a = b = None
+    if max_cost is not None:
+        ok = cost <= max_cost * (1 + 1e-9)
+        a = float(thr[ok].max()) if ok.any() else None
+    if min_thr is not None:
+        ok = thr >= min_thr * (1 - 1e-9)
+        b = float(cost[ok].min()) if ok.any() else None
+    return a, b
+
+
+# ---------------------------------------------------------------- markdown
+def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Path, scale_rows: list[dict],
+           command: str) -> str:
+    data = [d for cl, wl in scenarios if (d := scenario_data(runs, sc.scenario_id(cl, wl), methods, seeds, evals))]
+    feasible = [d for d in data if d["feasible"] and d["runs"]]
+    skipped = [d["sid"] for d in data if not d["feasible"]]
+    lines = ["# Planners: search quality, anytime behaviour, plan quality, speed", ""]
+    summary_at = len(lines)
+    lines += [
+        f"Regenerate with `{command}` (runs cached in `planners_runs.jsonl` beside this file; delete it to re-measure).",
+        "",
+        f"- Budget: **{evals:,} evaluations per run for every search method** (MaOEA-CS's corner grid, at most a "
+        f"fifth of it, counts inside), population {sc.POP_SIZE} where the method takes one, seeds 1..{seeds}; "
+        "one process, `OMP_NUM_THREADS=1`, on a shared 2-core machine "
+        f"({platform.processor() or platform.machine()}, Python {platform.python_version()}). Wall times are "
+        "contended and indicative only.",
+        "- Hypervolume: minimised objectives normalised by a **fixed reference per scenario**, computed once "
+        "before any method runs from the planner's corner grid (seed 0): throughput axis 1 - t / (2 x fastest "
+        "grid plan), cost / (price of every GPU of the cluster, or the dearest feasible grid plan if higher), "
+        "peak memory fraction as is, staleness / max(1, workload bound); reference point 1.1 on every axis; "
+        "exact 4-D HV (moocore via pymoo). Per-scenario scales are in the last section.",
+        "- Constraints: every method's front is its archive of feasible non-dominated plans evaluated "
+        "(same recorder for all). pymoo's MOEA/D rejects constrained problems, so it sees a static penalty "
+        f"({sc.PENALTY:g} x total violation added to every objective); DEAP NSGA-III uses the same penalty; "
+        "the other pymoo algorithms use their own constraint domination.",
+        f"- Single-objective baseline plans from: {_sources(feasible)}; scored as point sets (no equal budget: "
+        "they are planners with their own cost).",
+        "- All throughput and cost figures are **predictions of the performance model**, not measurements, "
+        "until calibrated runs confirm them.",
+    ]
+    if skipped:
+        lines += [f"- Skipped (no feasible plan on that cluster): {', '.join(skipped)}."]
+    lines += [""]
+
+    # 1. search quality
+    lines += ["## 1. Search quality: hypervolume of the final front", "",
+              f"Median [interquartile range] over seeds; **bold**: the highest median of the search methods. "
+              "Baseline planners' plans and the exact front (mixed-8, by enumeration) as point sets.", ""]
+    base_names = sorted({n for d in feasible for n in d["baselines"]}, key=_base_order)
+    head = ["scenario", *[sc.SEARCH_METHODS[m] for m in methods], *base_names, "exact front"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    wins, exact_ratio = {}, {}
+    for d in feasible:
+        med = {m: _q([r["hv"] for r in d["runs"][m]]) for m in methods if m in d["runs"]}
+        top = max(v[1] for v in med.values())
+        cells = [d["sid"]]
+        for m in methods:
+            if m not in med:
+                cells.append("—")
+                continue
+            q1, q2, q3 = med[m]
+            s = f"{q2:.4f} [{q1:.4f}, {q3:.4f}]"
+            cells.append(f"**{s}**" if q2 >= top else s)
+        others = {m: v[1] for m, v in med.items() if m != "maoea-cs"}
+        for n in base_names:
+            b = d["baselines"].get(n)
+            cells.append(f"{b['hv']:.4f}" if b else "—")
+            if b:
+                others[n] = b["hv"]
+        ex = d["exact"]
+        cells.append(f"{ex['hv']:.4f}" if ex else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+        if "maoea-cs" in med:
+            ours = med["maoea-cs"][1]
+            wins[d["sid"]] = (all(ours >= v for v in others.values()), [k for k, v in others.items() if v > ours])
+            if ex and ex["hv"] > 0:
+                exact_ratio[d["sid"]] = ours / ex["hv"]
+    lines += [""]
+    if exact_ratio:
+        ex_any = next(d["exact"] for d in feasible if d["exact"])
+        lines += [f"Exact front: every plan of the space with kv_mem_frac on the grid {ex_any.get('kv_grid')} "
+                  f"(the one coarsened variable; a search may slightly beat it there), "
+                  f"{ex_any['evaluations']:,} plans evaluated after dominance rules, {ex_any['wall_s']:.0f} s.", ""]
+
+    # 2. anytime
+    lines += ["## 2. Anytime behaviour", "",
+              "Evaluations and seconds (median over the seeds that get there, and how many do) until a run's "
+              "hypervolume first reaches 95% and 99% of the best final median hypervolume of the scenario. "
+              "Plots: `planners/<scenario>.png` (median over seeds; HV against evaluations and against wall time).", ""]
+    head = ["scenario", "method", "final HV (median)", "evals to 95%", "s to 95%", "evals to 99%", "s to 99%",
+            "wall s (median)", "evals/s"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d in feasible:
+        best = max(float(np.median([r["hv"] for r in rs])) for rs in d["runs"].values())
+        for m in methods:
+            rs = d["runs"].get(m)
+            if not rs:
+                continue
+            e95, s95, n95 = time_to(rs, 0.95 * best)
+            e99, s99, n99 = time_to(rs, 0.99 * best)
+            wall = float(np.median([r["wall_s"] for r in rs]))
+            rate = float(np.median([r["evaluations"] / max(r["wall_s"], 1e-9) for r in rs]))
+            lines.append("| " + " | ".join([
+                d["sid"], sc.SEARCH_METHODS[m], f"{float(np.median([r['hv'] for r in rs])):.4f}",
+                _reach(e95, n95, len(rs), "{:,.0f}"), _reach(s95, n95, len(rs), "{:.2f}"),
+                _reach(e99, n99, len(rs), "{:,.0f}"), _reach(s99, n99, len(rs), "{:.2f}"),
+                f"{wall:.2f}", f"{rate:,.0f}"]) + " |")
+    lines += [""]
+    for d in feasible:
+        png = plot_dir / f"{_slug(d['sid'])}.png"
+        if png.exists():
+            lines.append(f"![{d['sid']}](planners/{png.name})")
+    lines += [""]
+
+    # 3. plan quality
+    lines += ["## 3. Plan quality at the best homogeneous deployment's budget and throughput", "",
+              "Budget B = $/h of the best homogeneous plan (fastest single-GPU-type plan). Per method, the "
+              "highest throughput on its final front at cost <= B (median over seeds), as a ratio to the "
+              "verl-style colocated plan and to the HetRL-style plan (when that planner exists and its plan "
+              "fits B, else its throughput as is); and the lowest $/h at throughput >= the homogeneous plan's, "
+              "as 'x cheaper' than it. **Model predictions**, not measured runs.", ""]
+    head = ["scenario", "method", "B $/h", "samples/s at <= B", "x verl-style", "x HetRL-style",
+            "lowest $/h at >= homog. thr.", "x cheaper than homog."]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ratios: dict[str, list[float]] = {}
+    for d in feasible:
+        homog = d["baselines"].get(bp.HOMOGENEOUS)
+        if not homog or not homog["front"]:
+            continue
+        hF = np.array(homog["front"][0])
+        B, T = float(hF[1]), float(-hF[0])
+        verl = d["baselines"].get(bp.VERL)
+        verl_thr = float(-np.array(verl["front"])[:, 0].max()) if verl and verl["front"] else None
+        het = d["baselines"].get(bp.HETRL)
+        het_thr = float(-np.array(het["front"])[:, 0].max()) if het and het["front"] else None
+        rows = [(sc.SEARCH_METHODS[m], d["runs"][m]) for m in methods if m in d["runs"]]
+        rows += [(n, [{"front": d["baselines"][n]["front"]}]) for n in base_names if n in d["baselines"]]
+        for label, rs in rows:
+            got = [best_under(r["front"], max_cost=B, min_thr=T) for r in rs]
+            thr = [g[0] for g in got if g[0] is not None]
+            cost = [g[1] for g in got if g[1] is not None]
+            t = float(np.median(thr)) if thr else None
+            c = float(np.median(cost)) if cost else None
+            rv = t / verl_thr if t and verl_thr else None
+            rh = t / het_thr if t and het_thr else None
+            if label == sc.SEARCH_METHODS.get("maoea-cs") and rv:
+                ratios.setdefault("verl", []).append(rv)
+                if rh:
+                    ratios.setdefault("hetrl", []).append(rh)
+                if c:
+                    ratios.setdefault("cost", []).append(B / c)
+            lines.append("| " + " | ".join([d["sid"], label, f"{B:.4g}", _fmt(t), _fmt(rv, 3), _fmt(rh, 3), _fmt(c),
+                                            _fmt(B / c if c else None, 3)]) + " |")
+    lines += [""]
+
+    # 4. speed and scale
+    lines += _scale_section(scale_rows)
+    lines += _scales_table(feasible)
+
+    # summary and targets at the top
+    summary = _summary(wins, exact_ratio, ratios, scale_rows, feasible)
+    lines[summary_at:summary_at] = summary
+    return "\n".join(lines) + "\n"
+
+
+def _reach(v, n, total, f) -> str:
+    if v is None:
+        return f"never (0/{total})"
+    return f.format(v) + ("" if n == total else f" ({n}/{total})")
+
+
+def _base_order(n: str) -> tuple:
+    order = [bp.HETRL, bp.MILP, bp.VERL, bp.HOMOGENEOUS]
+    return (order.index(n) if n in order else len(order), n)
+
+
+def _sources(data) -> str:
+    s = sorted({d.get("baseline_source", "") for d in data} - {""})
+    return ", ".join(s) or "none"
+
+
+def _slug(sid: str) -> str:
+    return sid.replace(" x ", "__").replace(" ", "_")
+
+
+def _summary(wins, exact_ratio, ratios, scale_rows, data) -> list[str]:
+    out = ["## Summary", ""]
+    if wins:
+        n_win = sum(1 for w, _ in wins.values() if w)
+        share = n_win / len(wins)
+        lost = {s: l for s, (w, l) in wins.items() if not w}
+        out.append(f"- Search quality: MaOEA-CS's median hypervolume is at least every other method's and every "
+                   f"baseline plan's on **{n_win}/{len(wins)} scenarios ({share:.0%})**; target >= {TARGET_SHARE:.0%}: "
+                   f"**{'met' if share >= TARGET_SHARE else 'missed'}**.")
+        if lost:
+            out.append("- Where we do not win: " + "; ".join(f"{s} (beaten by {', '.join(l)})" for s, l in lost.items())
+                       + ".")
+    for s, r in exact_ratio.items():
+        out.append(f"- Exact front, {s}: MaOEA-CS median HV = **{r:.4f}** of the enumerated front's; target >= "
+                   f"{TARGET_EXACT}: **{'met' if r >= TARGET_EXACT else 'missed'}**.")
+    if ratios.get("verl"):
+        v = ratios["verl"]
+        s = (f"- Plan quality (model predictions): at the best homogeneous plan's $/h, MaOEA-CS's fastest plan "
+             f"trains {np.mean(v):.2f}x the verl-style colocated plan on average (range {min(v):.2f}-{max(v):.2f}x)")
+        if ratios.get("hetrl"):
+            s += f", {np.mean(ratios['hetrl']):.2f}x the HetRL-style plan"
+        if ratios.get("cost"):
+            s += (f"; at the homogeneous plan's throughput it costs {np.mean(ratios['cost']):.2f}x less on average "
+                  "(1.00x: the homogeneous plan is already the cheapest found)")
+        out.append(s + ".")
+    if scale_rows:
+        big = max(scale_rows, key=lambda r: r["gpus"])
+        fit = _slope(scale_rows)
+        out.append(f"- Speed: a default search ({big['evals']:,} evaluations) on {big['gpus']:,} GPUs / {big['pools']} "
+                   f"pools took {big['search_s']:.0f} s (target < 600 s: **{'met' if big['search_s'] < 600 else 'missed'}**); "
+                   f"search time grows as pools^{fit:.2f} (target <= 1: **{'met' if fit <= 1.0 else 'missed'}**).")
+    out += [""]
+    return out
+
+
+def _scale_section(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    from mosearch.bench.scale import DEFAULT_SEARCH
+
+    out = ["## 4. Speed and scale", "",
+           f"Model throughput: plans evaluated per second by `PlacementProblem.evaluate_matrix` on batches of 100 "
+           f"(a population) and 10,000 random vectors (best of 3). Default search: `mosearch plan`'s defaults "
+           f"({DEFAULT_SEARCH['evals']:,} evaluations, population {DEFAULT_SEARCH['pop_size']}, corner grid included, "
+           "no report), workload qwen2.5-7b-grpo, seed 1, end to end (problem build, grid, search, decoding the "
+           "front). Clusters above 64 GPUs except hetero-1024 are generated (`benchmarks/gen_clusters.py`).", "",
+           "| cluster | GPUs | pools | variables | plans/s (batch 100) | plans/s (batch 10k) | default search s | "
+           "search evals/s | front size |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["gpus"], r["pools"])):
+        out.append(f"| {r['cluster']} | {r['gpus']:,} | {r['pools']} | {r['n_var']} | {r['rate_100']:,.0f} | "
+                   f"{r['rate_10k']:,.0f} | {r['search_s']:.1f} | {r['evals'] / r['search_s']:,.0f} | {r['front']} |")
+    out += ["", f"Least-squares fit of log(default search s) on log(pools): slope **{_slope(rows):.2f}** "
+            f"(1 = linear); on log(GPUs): {_slope(rows, 'gpus'):.2f}.", ""]
+    return out
+
+
+def _slope(rows, key="pools") -> float:
+    x = np.log([r[key] for r in rows])
+    y = np.log([r["search_s"] for r in rows])
+    if len(set(x)) < 2:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def _scales_table(data) -> list[str]:
+    out = ["## Hypervolume reference per scenario", "",
+           "| scenario | throughput scale (samples/s) | cost scale ($/h) | staleness scale | reference point |",
+           "|---|---|---|---|---|"]
+    for d in data:
+        s = d["scale"]
+        out.append(f"| {d['sid']} | {s['throughput_samples_s']:.4g} | {s['cost_usd_h']:.4g} | {s['staleness']:g} | "
+                   f"{s['reference']} |")
+    return out + [""]
+
+
+# ---------------------------------------------------------------- plots
+def plot(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for cl, wl in scenarios:
+        d = scenario_data(runs, sc.scenario_id(cl, wl), methods, seeds, evals)
+        if not d or not d["runs"]:
+            continue
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+        for m in methods:
+            rs = d["runs"].get(m)
+            if not rs:
+                continue
+            n = min(len(r["curve"]) for r in rs)
+            C = np.array([r["curve"][:n] for r in rs])  # seeds x checkpoints x (evals, wall, hv)
+            hv = np.median(C[:, :, 2], axis=0)
+            style = dict(lw=2.2 if m == "maoea-cs" else 1.2, label=sc.SEARCH_METHODS[m])
+            a1.plot(np.median(C[:, :, 0], axis=0), hv, **style)
+            a2.plot(np.median(C[:, :, 1], axis=0), hv, **style)
+        for name, b in d["baselines"].items():
+            for a in (a1, a2):
+                a.axhline(b["hv"], ls=":", lw=1, color="gray")
+            a1.annotate(name, (0, b["hv"]), fontsize=7, color="gray", va="bottom")
+        if d["exact"]:
+            for a in (a1, a2):
+                a.axhline(d["exact"]["hv"], ls="--", lw=1, color="black")
+            a1.annotate("exact front", (0, d["exact"]["hv"]), fontsize=7, va="bottom")
+        a1.set_xlabel("evaluations")
+        a2.set_xlabel("wall time (s, contended 2-core machine)")
+        a2.set_xscale("log")
+        for a in (a1, a2):
+            a.set_ylabel("hypervolume (median over seeds)")
+            a.grid(alpha=0.3)
+        a1.legend(fontsize=7, loc="lower right")
+        fig.suptitle(f"{d['sid']}: anytime hypervolume ({evals:,} evaluations, {seeds} seeds)")
+        fig.tight_layout()
+        path = plot_dir / f"{_slug(d['sid'])}.png"
+        tmp = path.with_suffix(".tmp.png")
+        fig.savefig(tmp, dpi=90)
+        os.replace(tmp, path)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+# ---------------------------------------------------------------- entry
+def run(args: argparse.Namespace) -> int:
+    scenarios = parse_scenarios(args.scenarios)
+    methods = parse_methods(args.methods)
+    if args.seeds < 1:
+        raise InputError(None, "--seeds", f"got {args.seeds}", "a positive number of seeds")
+    if args.evals < 2 * sc.POP_SIZE:
+        raise InputError(None, "--evals", f"got {args.evals}", f"at least {2 * sc.POP_SIZE} (two populations)")
+    if args.scale not in ("default", "quick", "none"):
+        raise InputError(None, "--scale", f"got {args.scale!r}", "default, quick or none")
+    output = Path(args.output)
+    cache = Path(args.cache) if args.cache else output.with_name(output.stem + "_runs.jsonl")
+    runs = load_cache(cache)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    t0 = time.perf_counter()
+    if not args.render_only:
+        measure(scenarios, methods, args.seeds, args.evals, not args.no_exact, cache, runs, log)
+    scale_rows = []
+    if args.scale != "none":
+        from mosearch.bench import scale
+
+        scale_rows = scale.measure(args.scale, cache, runs, None if args.render_only else log, _append)
+    plot_dir = output.with_suffix("")
+    plot(runs, scenarios, methods, args.seeds, args.evals, plot_dir)
+    command = "mosearch bench planners" + _flags(args)
+    text = render(runs, scenarios, methods, args.seeds, args.evals, plot_dir, scale_rows, command)
+    atomic_write_text(output, text)
+    log(f"wrote {output} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def _flags(args) -> str:
+    out = ""
+    for name, default in (("scenarios", "all"), ("seeds", DEFAULT_SEEDS), ("evals", DEFAULT_EVALS),
+                          ("methods", "all"), ("scale", "default")):
+        v = getattr(args, name)
+        if v != default:
+            out += f" --{name} {v}"
+    return out + (" --no-exact" if args.no_exact else "")

@@ -1,0 +1,180 @@
+"""One benchmark run of a planner on one scenario, recorded the same way for every method.
+
+A scenario is a shipped cluster x workload pair. Every search method sees the placement
+problem through `BudgetProblem`, which counts evaluations, stops the method exactly at the
+budget (a batch that crosses it is cut: its rows past the budget are not recorded), keeps the
+archive of feasible non-dominated plans and samples the hypervolume at fixed evaluation
+checkpoints. Wall time excludes the hypervolume sampling itself.
+
+Hypervolume uses the planner's fixed normalisation (`mosearch.planner.hv`): computed once
+per scenario, before any method runs, from the corner grid with seed 0, so it depends on
+no method's result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pymoo.core.problem import Problem
+
+from mosearch.planner import algorithms as planner_algorithms
+from mosearch.planner import seeding
+from mosearch.planner.archive import Archive
+from mosearch.planner.hv import HVScale, scale_for
+from problems.placement.problem import PlacementProblem
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = ("mixed-8", "mixed-64", "hetero-1024", "h100-64")
+WORKLOADS = ("qwen2.5-1.5b-grpo", "qwen2.5-7b-grpo", "qwen2.5-32b-grpo")
+N_CHECKPOINTS = 50
+POP_SIZE = 100  # `mosearch plan`'s default population
+# Static penalty for methods without constraint handling (pymoo's MOEA/D): far above any
+# objective value of a feasible plan (throughput and $/h stay below 1e5 on the shipped clusters).
+PENALTY = 1e6
+
+# method -> label, in table order
+SEARCH_METHODS = {
+    "maoea-cs": "MaOEA-CS (ours)",
+    "nsga3": "NSGA-III (pymoo)",
+    "moead": "MOEA/D (pymoo, penalty)",
+    "rvea": "RVEA (pymoo)",
+    "agemoea2": "AGE-MOEA-II (pymoo)",
+    "deap-nsga3": "NSGA-III (DEAP)",
+    "random": "random search",
+}
+
+
+def scenario_id(cluster: str, workload: str) -> str:
+    return f"{cluster} x {workload}"
+
+
+def all_scenarios() -> list[tuple[str, str]]:
+    return [(c, w) for c in CLUSTERS for w in WORKLOADS]
+
+
+def load_problem(cluster: str, workload: str) -> PlacementProblem:
+    cl = Path(cluster) if cluster.endswith(".yaml") else ROOT / "problems" / "clusters" / f"{cluster}.yaml"
+    return PlacementProblem.from_files(cl, ROOT / "problems" / "workloads" / f"{workload}.yaml")
+
+
+@dataclass
+class Reference:
+    """The fixed per-scenario normalisation and whether any plan is feasible at all."""
+
+    scale: HVScale
+    feasible: bool
+    corners: seeding.Corners
+
+
+def reference(problem: PlacementProblem) -> Reference:
+    corners = seeding.Corners(problem, seed=0)
+    scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
+    return Reference(scale, bool(corners.ok.any()), corners)
+
+
+class BudgetReached(Exception):
+    pass
+
+
+class BudgetProblem(Problem):
+    """Forwards to the placement problem; records the archive and HV checkpoints; stops at `budget`.
+
+    `penalty=True` exposes no constraints and adds PENALTY x total violation to every
+    objective (for algorithms that reject constrained problems); the archive still uses
+    the true constraints.
+    """
+
+    def __init__(self, inner: PlacementProblem, budget: int, scale: HVScale, penalty: bool = False):
+        n_constr = 0 if penalty else inner.n_ieq_constr
+        super().__init__(n_var=inner.n_var, n_obj=inner.n_obj, n_ieq_constr=n_constr, xl=inner.xl, xu=inner.xu,
+                         vtype=float)
+        self.inner, self.budget, self.scale, self.penalty = inner, int(budget), scale, penalty
+        self.archive = Archive(inner.n_var, inner.n_obj)
+        self.n_evals = 0
+        self.marks = np.linspace(budget / N_CHECKPOINTS, budget, N_CHECKPOINTS).round().astype(int)
+        self.curve: list[tuple[int, float, float]] = []  # (evaluations, wall s, hv)
+        self.t0 = time.perf_counter()
+        self.hv_time = 0.0
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.t0 - self.hv_time
+
+    def __getattr__(self, name):
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def _evaluate(self, X, out, *args, **kwargs):
+        if self.n_evals >= self.budget:
+            raise BudgetReached
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        res = self.inner.evaluate(X, return_values_of=["F", "G"], return_as_dictionary=True)
+        F, G = np.asarray(res["F"], dtype=float), np.asarray(res["G"], dtype=float)
+        self.record(X, F, G)
+        if self.penalty:
+            out["F"] = F + PENALTY * np.maximum(G, 0).sum(axis=1, keepdims=True)
+        else:
+            out["F"], out["G"] = F, G
+
+    def record(self, X: np.ndarray, F: np.ndarray, G: np.ndarray) -> None:
+        room = self.budget - self.n_evals
+        X, F, G = X[:room], F[:room], G[:room]
+        feasible = (G <= 0).all(axis=1) & np.isfinite(F).all(axis=1)
+        self.archive.add(X, F, feasible)
+        before = self.n_evals
+        self.n_evals += len(X)
+        crossed = self.marks[(self.marks > before) & (self.marks <= self.n_evals)]
+        if len(crossed):
+            wall = self.wall()
+            t = time.perf_counter()
+            hv = self.scale.hv(self.archive.F)
+            self.hv_time += time.perf_counter() - t
+            self.curve.append((self.n_evals, wall, hv))
+
+
+def run_method(problem: PlacementProblem, method: str, budget: int, seed: int, scale: HVScale) -> dict:
+    """Run one method to `budget` evaluations; returns the record cached by the benchmark."""
+    bp = BudgetProblem(problem, budget, scale, penalty=(method == "moead"))
+    try:
+        if method == "maoea-cs":
+            _run_maoea(bp, budget, seed)
+        elif method == "random":
+            from mosearch.algorithms.baselines import run_random
+
+            # smaller batches than the registry's default so the anytime curve has resolution
+            run_random(bp, budget, seed, batch=POP_SIZE)
+        else:
+            planner_algorithms.baseline_runner(method)(bp, budget, seed)
+    except BudgetReached:
+        pass
+    wall = bp.wall()
+    if not bp.curve or bp.curve[-1][0] != bp.n_evals:
+        bp.curve.append((bp.n_evals, wall, scale.hv(bp.archive.F)))
+    return {
+        "evaluations": bp.n_evals, "wall_s": round(wall, 4), "hv": bp.curve[-1][2],
+        "curve": [[int(n), round(w, 4), float(h)] for n, w, h in bp.curve],
+        "front": np.round(bp.archive.F, 6).tolist(),
+    }
+
+
+def _run_maoea(bp: BudgetProblem, budget: int, seed: int) -> None:
+    """The planner's default pipeline: a corner grid (its evaluations count toward the budget,
+    one fifth of it at most), then MaOEA-CS seeded with the corners for the rest."""
+    grid = min(seeding.GRID_MAX, budget // 5)
+    corners = seeding.Corners(bp.inner, seed=seed, max_n=grid)
+    r = bp.inner.evaluate_matrix(corners.X)
+    G = bp.inner._constraints(r)
+    F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+    bp.record(corners.X, F, G)
+    rest = budget - bp.n_evals
+    if rest <= 0:
+        return
+    seeds = corners.seeds(n_extra=POP_SIZE // 2, seed=seed)
+    algo = planner_algorithms.make_maoea(bp.inner, POP_SIZE, seeds, rest)
+    algo.setup(bp, termination=("n_eval", budget), seed=seed, verbose=False)
+    while algo.has_next():
+        algo.next()
