@@ -447,7 +447,9 @@ class Driver:
                 "step_s": busy / len(steady),
                 "rollout_s": float(np.mean([r["time"]["rollout"] for r in steady])),
                 "train_s": float(np.mean([r["time"]["train"] for r in steady])),
-                "weight_sync_s": float(np.mean([r["time"]["weight_sync"] for r in steady])),
+                "sync_s": float(np.mean([r["time"]["weight_sync"] for r in steady])),
+                "switch_s": float(np.mean([r["time"]["switch"] for r in steady])),
+                "decode_tokens_s": sum(r["gen_tokens"] for r in steady) / max(1e-9, sum(r["busy"]["rollout_gen_s"] for r in steady)),
                 "peak_rss_gb": max(max(r["memory"].values()) for r in steady),
             }
         held = [r["reward_heldout"] for r in rows if "reward_heldout" in r]

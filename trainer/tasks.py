@@ -37,7 +37,7 @@ class Task:
         return [float(self.reward_fn(p, c, a)) for p, c, a in zip(prompts, completions, answers)]
 
 
-def _arithmetic(rng: random.Random, hi: int = 49) -> tuple[str, str]:
+def _arithmetic(rng: random.Random, hi: int = 19) -> tuple[str, str]:
     a, b = rng.randint(0, hi), rng.randint(0, hi)
     if rng.random() < 0.5:
         return f"{a}+{b}=", str(a + b)
