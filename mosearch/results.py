@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import yaml
 
@@ -23,6 +25,7 @@ from problems.placement.plan import Plan
 # The contract of front.csv (DESIGN.md, "File contracts"); decision fields follow.
 METRICS = ("throughput_samples_s", "throughput_tokens_s", "cost_usd_h", "usd_per_1k_samples", "peak_mem_frac", "staleness")
 FRONT_COLUMNS = ("plan_id", *METRICS)
+WRITE_THREADS = 8
 
 
 def flatten_plan(plan: Plan) -> dict[str, object]:
@@ -82,11 +85,11 @@ def write_front(out: Path, plans: list[Plan]) -> None:
     atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(plans)}, indent=1) + "\n")
     plan_dir = out / "plans"
     plan_dir.mkdir(parents=True, exist_ok=True)
-    keep = set()
-    for p in plans:
-        name = f"{p.plan_id}.yaml"
-        atomic_write_text(plan_dir / name, plan_yaml(p))
-        keep.add(name)
+    keep = {f"{p.plan_id}.yaml" for p in plans}
+    texts = [(plan_dir / f"{p.plan_id}.yaml", plan_yaml(p)) for p in plans]
+    # each file is fsynced before its rename; threads overlap those waits (fsync releases the GIL)
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        list(pool.map(lambda item: atomic_write_text(*item), texts))
     for stale in plan_dir.glob("*.yaml"):  # a previous run into the same directory
         if stale.name not in keep:
             stale.unlink()

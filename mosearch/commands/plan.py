@@ -13,7 +13,7 @@ from problems.errors import InputError
 
 # Defaults sized so mixed-64 x qwen2.5-7b-grpo finishes in about 30 s and hetero-1024 in
 # about 3 minutes on a 2-core development machine (benchmarks/planner_targets.py measures both).
-DEFAULT_EVALS = 20000
+DEFAULT_EVALS = 30000
 DEFAULT_POP = 100
 
 

@@ -23,9 +23,10 @@ from mosearch.planner.progress import SearchProgress
 from mosearch.planner.recording import RecordingProblem
 
 # A --time run still gives MaOEA-CS an evaluation budget for its decaying mutation step:
-# the time limit times this rate (evaluations per second of the vectorised model plus the
-# algorithm on one core of the development machine, measured by benchmarks/planner_targets.py).
-TIME_EVAL_RATE = 2000
+# the time limit times this rate. Default runs measured 4,000-8,000 evaluations/s (model plus
+# algorithm, one core of the 2-core development machine) on mixed-64 and hetero-1024
+# (run.yaml: search_evaluations / search_wall_s).
+TIME_EVAL_RATE = 5000
 UNLIMITED_EVALS = 10**9
 
 
