@@ -80,21 +80,26 @@ def baseline_points(problem: PlacementProblem, seed: int = 0) -> dict[str, dict]
         return out
     t = time.perf_counter()
     corners = seeding.Corners(problem, seed=seed)
-    plans = corners.heuristic_baselines()
     wall = time.perf_counter() - t
-    homog = {k: v for k, v in plans.items() if k.startswith("best ")}
-    if VERL in plans:
-        out[VERL] = _score(problem, plans[VERL][None, :], wall, corners.evaluations)
-    if homog:
-        X = np.array(list(homog.values()))
-        best = _score(problem, X, wall, corners.evaluations)
-        # the fastest single-type plan (ties: cheaper)
-        F = np.array(best["front"]) if best["front"] else np.empty((0, 4))
-        if len(F):
-            i = int(np.lexsort((F[:, 1], F[:, 0]))[0])
-            best["front"] = [best["front"][i]]
-        out[HOMOGENEOUS] = best
+    if "verl-style" in corners.picks:
+        out[VERL] = _score(problem, corners.X[corners.picks["verl-style"]][None, :], wall, corners.evaluations)
+    i = _best_homogeneous(problem, corners)
+    if i is not None:
+        out[HOMOGENEOUS] = _score(problem, corners.X[i][None, :], wall, corners.evaluations)
     return out
+
+
+def _best_homogeneous(problem: PlacementProblem, corners) -> int | None:
+    """The fastest feasible grid plan (ties: cheaper) whose GPUs are all of one type, read from
+    the repaired plan itself rather than the grid's footprint tag."""
+    f = problem.layout.fields(corners.X)
+    used = (f["rollout_gpus"] + f["train_gpus"] + f["shared_gpus"]) > 0  # (N, pools)
+    types = np.array([p.gpu.name for p in problem.cluster.pools])
+    one_type = np.array([len(set(types[row])) == 1 for row in used])
+    idx = np.flatnonzero(one_type & corners.ok)
+    if len(idx) == 0:
+        return None
+    return int(idx[np.lexsort((corners.cost[idx], -corners.thr[idx]))[0]])
 
 
 def _score(problem: PlacementProblem, X: np.ndarray, wall: float, evaluations) -> dict:
