@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "tests" / "trainer" / "data" / "local_plan.yaml"
 # The demo defaults: what `mosearch demo` trains (tiny model, arithmetic, short supervised warm start).
 DEMO = dict(model="tiny", task="arithmetic", prompts_per_step=32, group_size=8, max_new_tokens=4,
-            warm_start_steps=60, lr=1e-3, eval_every=10, eval_size=128, checkpoint_every=0)
+            warm_start_steps=150, lr=2e-4, eval_every=10, eval_size=128, checkpoint_every=0)
 
 
 def _plan(tmp: Path, mode: str, k: int, chunks: int) -> Path:

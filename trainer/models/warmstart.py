@@ -21,7 +21,7 @@ from trainer.models.tiny import cache_dir, load_tokenizer
 from trainer.tasks import Task
 
 
-def warm_start(base: Path, task: Task, steps: int, seed: int = 0, batch: int = 64, lr: float = 3e-3,
+def warm_start(base: Path, task: Task, steps: int, seed: int = 0, batch: int = 64, lr: float = 1e-3,
                log=None) -> Path:
     if steps <= 0:
         return base
@@ -32,6 +32,8 @@ def warm_start(base: Path, task: Task, steps: int, seed: int = 0, batch: int = 6
     from transformers import AutoModelForCausalLM
 
     tok = load_tokenizer(base)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small model on a shared machine: more threads only contend
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -56,6 +58,7 @@ def warm_start(base: Path, task: Task, steps: int, seed: int = 0, batch: int = 6
         opt.step()
         if log and (step + 1) % 50 == 0:
             log(f"warm start {step + 1}/{steps}: loss {loss.item():.3f}")
+    torch.set_num_threads(threads)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     for f in base.iterdir():  # tokenizer files and the tiny marker
