@@ -10,6 +10,7 @@ from problems.errors import InputError
 
 # Modules under mosearch.commands, in the order `mosearch --help` lists them.
 COMMANDS = [
+    "demo",
     "inspect",
     "bench",
     "plan",
