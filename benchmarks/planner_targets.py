@@ -51,20 +51,30 @@ def scale_of(info: dict) -> HVScale:
     return HVScale(throughput=n["throughput_samples_s"], cost=n["cost_usd_h"], staleness=n["staleness"])
 
 
-def on_grid(problem, plans, kv_grid) -> np.ndarray:
-    """Our front moved onto the enumeration's kv_mem_frac grid: every plan at each grid value,
-    scored, feasible and non-dominated kept (minimised objectives). Its HV is at most the
-    exact front's, which holds every grid plan."""
-    from mosearch.planner.archive import non_dominated_mask
-    from problems.placement.problem import objectives
+def grid_search(kv_grid, seed: int, evals: int, pop_size: int):
+    """The default search (seeds, MaOEA-CS, budget) on the enumeration's own space: kv_mem_frac
+    snapped to the grid before every evaluation. Returns (archive F minimised, evaluations,
+    HV scale of the run)."""
+    from mosearch.planner import seeding
+    from mosearch.planner.hv import scale_for
+    from mosearch.planner.search import SearchSettings, run_search
+    from problems.placement.problem import PlacementProblem
 
-    X = np.array([problem.encode(p) for p in plans])
-    k = problem.layout.g("kv_mem_frac")
-    G = np.repeat(X, len(kv_grid), axis=0)
-    G[:, k] = np.tile(np.asarray(kv_grid, dtype=float), len(X))
-    r = problem.evaluate_matrix(G)
-    F = objectives(r)[r["feasible"] > 0]
-    return F[non_dominated_mask(F)]
+    grid = np.asarray(kv_grid, dtype=float)
+
+    class OnGrid(PlacementProblem):
+        def evaluate_matrix(self, X):
+            X = np.array(np.atleast_2d(X), dtype=float)
+            k = self.layout.g("kv_mem_frac")
+            X[:, k] = grid[np.abs(X[:, k, None] - grid[None, :]).argmin(axis=1)]
+            return super().evaluate_matrix(X)
+
+    problem = OnGrid.from_files(CLUSTERS / "mixed-8.yaml", WORKLOAD)
+    corners = seeding.Corners(problem, seed=seed)
+    scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
+    res = run_search(problem, SearchSettings(evals=evals, seed=seed, pop_size=pop_size, progress=False),
+                     corners.seeds(pop_size // 2, seed), scale)
+    return res.F, res.evaluations + corners.evaluations, scale
 
 
 def main() -> int:
@@ -112,27 +122,33 @@ def main() -> int:
                       f"equivalence rules, {ex.n_feasible:,} feasible, front {len(ex.front_idx)} plans, "
                       f"{ex.seconds:.0f} s.", "",
                       "The search treats kv_mem_frac (vLLM gpu_memory_utilization) as continuous in [0.30, 0.95], "
-                      "the enumeration only at the grid values, so the raw ratio can exceed 1. The *grid* "
-                      "ratio is the fair one: our front moved onto the grid (each plan at every grid value, "
-                      "re-scored, the feasible non-dominated ones kept), whose HV cannot exceed the exact front's.", "",
-                      "| seed | evaluations (seeding + search) | share of space | HV ours | HV exact | raw ratio | grid ratio | met (grid >= 0.99, <= 2%) | wall s |",
+                      "the enumeration only at the grid values, so the *raw* ratio (the default `mosearch plan` "
+                      "run, continuous) can exceed 1. The *grid* ratio is the like-for-like one: the same default "
+                      "search (seeds, MaOEA-CS, budget, seed) with kv_mem_frac snapped to the grid before every "
+                      "evaluation, i.e. on exactly the enumerated space; it cannot exceed 1. Each ratio uses its "
+                      "own run's normalisation for both fronts.", "",
+                      "| seed | evaluations (seeding + search) | share of space | raw: HV ours / exact | raw ratio "
+                      "| grid: HV ours / exact | grid ratio | met (grid >= 0.99, <= 2%) | wall s (raw run) |",
                       "|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
             ratios = []
+            from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
+
             for seed in args.seeds:
                 wall, info = run_plan("mixed-8", Path(tmp) / f"mixed-8-{seed}", seed)
                 scale = scale_of(info)
                 ours = load_run(Path(tmp) / f"mixed-8-{seed}").F * np.array([-1.0, 1.0, 1.0, 1.0])
                 hv_ours, hv_exact = scale.hv(ours), scale.hv(ex.front_F)
-                hv_grid = scale.hv(on_grid(problem, load_run(Path(tmp) / f"mixed-8-{seed}").plans, ex.kv_grid))
-                share = info["evaluations"] / ex.n_space
-                ratio, grid_ratio = hv_ours / hv_exact, hv_grid / hv_exact
+                gF, g_evals, g_scale = grid_search(ex.kv_grid, seed, DEFAULT_EVALS, DEFAULT_POP)
+                g_ours, g_exact = g_scale.hv(gF), g_scale.hv(ex.front_F)
+                share = g_evals / ex.n_space
+                ratio, grid_ratio = hv_ours / hv_exact, g_ours / g_exact
                 ratios.append(grid_ratio)
                 met = grid_ratio >= 0.99 and share <= 0.02
-                print(f"seed {seed}: HV {hv_ours:.4f} (on the grid {hv_grid:.4f}) / exact {hv_exact:.4f}: "
-                      f"raw {ratio:.4f}, grid {grid_ratio:.4f}; {info['evaluations']:,} evaluations "
-                      f"({100 * share:.3f}% of the space)", flush=True)
-                lines.append(f"| {seed} | {info['evaluations']:,} | {100 * share:.4f}% | {hv_ours:.4f} | "
-                             f"{hv_exact:.4f} | {ratio:.4f} | {grid_ratio:.4f} | {'yes' if met else 'no'} | {wall:.1f} |")
+                print(f"seed {seed}: raw {hv_ours:.4f}/{hv_exact:.4f} = {ratio:.4f}; grid {g_ours:.4f}/{g_exact:.4f} "
+                      f"= {grid_ratio:.4f}; {g_evals:,} evaluations ({100 * share:.3f}% of the space)", flush=True)
+                lines.append(f"| {seed} | {g_evals:,} | {100 * share:.4f}% | {hv_ours:.4f} / {hv_exact:.4f} | "
+                             f"{ratio:.4f} | {g_ours:.4f} / {g_exact:.4f} | {grid_ratio:.4f} | "
+                             f"{'yes' if met else 'no'} | {wall:.1f} |")
             lines += ["", f"Grid ratio: mean {np.mean(ratios):.4f}, worst {np.min(ratios):.4f}.", ""]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")

@@ -19,6 +19,7 @@ import numpy as np
 
 from mosearch.planner import algorithms
 from mosearch.planner.hv import HVScale
+from mosearch.planner.polish import pareto_local_search
 from mosearch.planner.progress import SearchProgress
 from mosearch.planner.recording import RecordingProblem
 
@@ -39,6 +40,8 @@ class SearchSettings:
     pop_size: int = 100
     jobs: int = 1
     progress: bool = True
+    # share of the evaluation budget left to Pareto local search on the archive (polish.py)
+    polish: float = 0.5
 
 
 @dataclass
@@ -135,11 +138,13 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
         rec = RecordingProblem(problem, evaluation, on_batch)
         try:
             if settings.algorithm == algorithms.DEFAULT:
-                evals_for_alpha = settings.evals or int(TIME_EVAL_RATE * settings.time_s)
-                algo = algorithms.make_maoea(problem, settings.pop_size, seeds, evals_for_alpha)
-                algo.setup(rec, termination=("n_eval", budget), seed=settings.seed, verbose=False)
+                ea = int((settings.evals or TIME_EVAL_RATE * settings.time_s) * (1.0 - settings.polish))
+                algo = algorithms.make_maoea(problem, settings.pop_size, seeds, ea)
+                algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
                 while algo.has_next():
                     algo.next()
+                if settings.polish > 0:
+                    pareto_local_search(rec, algorithms.problem_repair(problem), seed=settings.seed)
             else:
                 algorithms.baseline_runner(settings.algorithm)(rec, budget, settings.seed)
         except StopSearch as s:
