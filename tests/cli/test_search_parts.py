@@ -64,3 +64,44 @@ def test_ray_evaluation_equals_in_process():
         ev.close()
     ref = p.evaluate(X, return_values_of=["F", "G"], return_as_dictionary=True)
     assert np.allclose(out["F"], ref["F"]) and np.allclose(out["G"], ref["G"])
+
+
+def test_neighbours_change_one_variable_within_bounds():
+    from mosearch.planner.polish import neighbours
+
+    xl, xu = np.array([0.0, 0.0, 0.3]), np.array([10.0, 2.0, 0.95])
+    integer = np.array([True, True, False])
+    x = np.array([[5.0, 1.0, 0.5]])
+    N = neighbours(x, xl, xu, integer)
+    changed = (N != x).sum(axis=1)
+    assert (changed <= 1).all() and (N >= xl).all() and (N <= xu).all()
+    assert {tuple(r) for r in N} >= {(4.0, 1.0, 0.5), (6.0, 1.0, 0.5), (5.0, 0.0, 0.5), (5.0, 2.0, 0.5)}
+    assert np.isclose(N[:, 2], 0.5 + 0.05 * 0.65).any()
+
+
+def test_pareto_local_search_grows_the_front_and_stops_at_the_budget():
+    from pathlib import Path
+
+    from mosearch.planner import seeding
+    from mosearch.planner.algorithms import problem_repair
+    from mosearch.planner.polish import pareto_local_search
+    from mosearch.planner.recording import RecordingProblem
+    from problems.placement.problem import PlacementProblem
+
+    root = Path(__file__).resolve().parents[2]
+    p = PlacementProblem.from_files(root / "problems/clusters/mixed-8.yaml", root / "problems/workloads/qwen2.5-7b-grpo.yaml")
+
+    class Budget(Exception):
+        pass
+
+    def stop_at(rec):
+        if rec.n_evals >= 4000:
+            raise Budget
+
+    rec = RecordingProblem(p, on_batch=stop_at)
+    rec.evaluate(seeding.Corners(p, max_n=300).seeds(10))
+    start = len(rec.archive)
+    with pytest.raises(Budget):
+        pareto_local_search(rec, problem_repair(p))
+    assert len(rec.archive) > 2 * start
+    assert 4000 <= rec.n_evals < 4000 + 2000  # one batch past the budget at most
