@@ -1,9 +1,10 @@
 """The single-objective baseline planners' plans and the exact front, as objective point sets.
 
-Baseline planners come from `problems.placement.baselines.BASELINE_PLANNERS` when that
-registry exists (verl-style colocated, best homogeneous, HetRL-style successive halving,
-MILP); otherwise the two heuristic ones of the planner's corner grid (verl-style colocated
-and the best single-GPU-type plan) stand in, and the table says which source it used.
+Baseline planners come from `problems.placement.baselines.BASELINE_PLANNERS` (verl-style
+colocated, best homogeneous, HetRL-style successive halving, MILP), each run with its own
+default effort; their feasible plans are the point set scored. Without that package the two
+heuristic ones of the planner's corner grid (verl-style colocated and the best single-GPU-type
+plan) stand in, and the table says which source it used.
 """
 
 from __future__ import annotations
@@ -47,36 +48,25 @@ def _canonical(name: str) -> str:
     return name
 
 
-def _as_vectors(problem: PlacementProblem, out) -> np.ndarray:
-    """A planner's output (plan, vector, list of either, or an object holding them) as vectors."""
-    for attr in ("plans", "plan", "X", "x"):
-        if not isinstance(out, (list, tuple, np.ndarray)) and hasattr(out, attr):
-            out = getattr(out, attr)
-            break
-    if out is None:
-        return np.empty((0, problem.n_var))
-    if isinstance(out, np.ndarray):
-        return np.atleast_2d(out.astype(float))
-    items = list(out) if isinstance(out, (list, tuple)) else [out]
-    rows = [np.asarray(problem.encode(p) if hasattr(p, "roles") or hasattr(p, "pools") else p, dtype=float)
-            for p in items if p is not None]
-    return np.atleast_2d(np.array(rows)) if rows else np.empty((0, problem.n_var))
-
-
 def baseline_points(problem: PlacementProblem, seed: int = 0) -> dict[str, dict]:
-    """name -> {"front": feasible objective rows (minimised), "wall_s", "evaluations"}."""
+    """name -> {"front": feasible objective rows (minimised), "wall_s", "evaluations"}; the
+    budget-taking planners (HetRL-style, MILP) also under "at_budget": rerun with the $/h of the
+    best homogeneous plan as their budget, for the plan-quality comparison."""
     reg = _registry()
     out: dict[str, dict] = {}
     if reg is not None:
         for name, planner in reg.items():
-            fn = getattr(planner, "run", planner)
             t = time.perf_counter()
-            try:
-                res = fn(problem, seed=seed)
-            except TypeError:
-                res = fn(problem)
-            X = _as_vectors(problem, res)
-            out[_canonical(name)] = _score(problem, X, time.perf_counter() - t, getattr(res, "evaluations", None))
+            res = planner(problem, seed=seed)
+            out[_canonical(name)] = _rows(res, time.perf_counter() - t)
+        homog = out.get(HOMOGENEOUS)
+        if homog and homog["front"]:
+            B = fastest(homog["front"])[1]
+            for name in ("hetrl-sh", "milp"):
+                if name in reg:
+                    t = time.perf_counter()
+                    res = reg[name](problem, budget_usd_h=B, seed=seed)
+                    out[_canonical(name)]["at_budget"] = {"budget_usd_h": B, **_rows(res, time.perf_counter() - t)}
         return out
     t = time.perf_counter()
     corners = seeding.Corners(problem, seed=seed)
@@ -100,6 +90,18 @@ def _best_homogeneous(problem: PlacementProblem, corners) -> int | None:
     if len(idx) == 0:
         return None
     return int(idx[np.lexsort((corners.cost[idx], -corners.thr[idx]))[0]])
+
+
+def _rows(res, wall: float) -> dict:
+    F = np.asarray(res.F, dtype=float)[np.asarray(res.feasible, dtype=bool)]
+    return {"front": np.round(F, 6).tolist(), "wall_s": round(wall, 4), "evaluations": int(res.evals)}
+
+
+def fastest(front) -> tuple[float, float]:
+    """(throughput, $/h) of the fastest row of a minimised front (ties: the cheaper)."""
+    F = np.array(front, dtype=float).reshape(-1, 4)
+    i = int(np.lexsort((F[:, 1], F[:, 0]))[0])
+    return float(-F[i, 0]), float(F[i, 1])
 
 
 def _score(problem: PlacementProblem, X: np.ndarray, wall: float, evaluations) -> dict:

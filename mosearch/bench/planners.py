@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +113,7 @@ def measure(scenarios, methods, seeds: int, evals: int, exact: bool, cache: Path
         if not ref.feasible:
             log(f"{sid}: no feasible plan in the corner grid; skipped")
             continue
-        if ("baselines", sid, None, None, None) not in runs:
+        if runs.get(("baselines", sid, None, None, None), {}).get("source") != bp.source():
             _append(cache, runs, {"kind": "baselines", "scenario": sid, "source": bp.source(),
                                   "plans": bp.baseline_points(problem)})
         live.append((cl, sid, problem, ref))
@@ -238,7 +239,9 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
         "until calibrated runs confirm them.",
     ]
     if skipped:
-        lines += [f"- Skipped (no feasible plan on that cluster): {', '.join(skipped)}."]
+        lines += [f"- Skipped: {', '.join(skipped)}: none of the corner grid's plans (up to 3,000, every footprint x "
+                  "mode x common layout) is feasible, so no fixed reference exists; a screen, not a proof of "
+                  "infeasibility."]
     lines += [""]
 
     # 1. search quality
@@ -313,27 +316,28 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
 
     # 3. plan quality
     lines += ["## 3. Plan quality at the best homogeneous deployment's budget and throughput", "",
-              "Budget B = $/h of the best homogeneous plan (fastest single-GPU-type plan). Per method, the "
+              "Budget B = $/h of the best homogeneous plan (the fastest single-GPU-type plan). Per method, the "
               "highest throughput on its final front at cost <= B (median over seeds), as a ratio to the "
-              "verl-style colocated plan and to the HetRL-style plan (when that planner exists and its plan "
-              "fits B, else its throughput as is); and the lowest $/h at throughput >= the homogeneous plan's, "
-              "as 'x cheaper' than it. **Model predictions**, not measured runs.", ""]
+              "verl-style colocated plan (its fastest plan within B) and to the HetRL-style plan (that planner "
+              "rerun with B as its budget; MILP likewise); and the lowest $/h at throughput >= the homogeneous "
+              "plan's, as 'x cheaper' than it. **Model predictions**, not measured runs.", ""]
     head = ["scenario", "method", "B $/h", "samples/s at <= B", "x verl-style", "x HetRL-style",
-            "lowest $/h at >= homog. thr.", "x cheaper than homog."]
+            "lowest $/h at >= homog. thr.", "homog. $/h / that (>1: cheaper)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ratios: dict[str, list[float]] = {}
     for d in feasible:
         homog = d["baselines"].get(bp.HOMOGENEOUS)
         if not homog or not homog["front"]:
             continue
-        hF = np.array(homog["front"][0])
-        B, T = float(hF[1]), float(-hF[0])
+        T, B = bp.fastest(homog["front"])
         verl = d["baselines"].get(bp.VERL)
-        verl_thr = float(-np.array(verl["front"])[:, 0].max()) if verl and verl["front"] else None
+        verl_thr = best_under(verl["front"], max_cost=B)[0] if verl and verl["front"] else None
         het = d["baselines"].get(bp.HETRL)
-        het_thr = float(-np.array(het["front"])[:, 0].max()) if het and het["front"] else None
+        het = (het or {}).get("at_budget", het)
+        het_thr = best_under(het["front"], max_cost=B)[0] if het and het["front"] else None
         rows = [(sc.SEARCH_METHODS[m], d["runs"][m]) for m in methods if m in d["runs"]]
-        rows += [(n, [{"front": d["baselines"][n]["front"]}]) for n in base_names if n in d["baselines"]]
+        rows += [(n + (" (run at B)" if "at_budget" in d["baselines"][n] else ""),
+                  [d["baselines"][n].get("at_budget", d["baselines"][n])]) for n in base_names if n in d["baselines"]]
         for label, rs in rows:
             got = [best_under(r["front"], max_cost=B, min_thr=T) for r in rs]
             thr = [g[0] for g in got if g[0] is not None]
@@ -475,12 +479,10 @@ def plot(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Path)
             rs = d["runs"].get(m)
             if not rs:
                 continue
-            n = min(len(r["curve"]) for r in rs)
-            C = np.array([r["curve"][:n] for r in rs])  # seeds x checkpoints x (evals, wall, hv)
-            hv = np.median(C[:, :, 2], axis=0)
+            marks, wall, hv = _on_marks(rs, evals)
             style = dict(lw=2.2 if m == "maoea-cs" else 1.2, label=sc.SEARCH_METHODS[m])
-            a1.plot(np.median(C[:, :, 0], axis=0), hv, **style)
-            a2.plot(np.median(C[:, :, 1], axis=0), hv, **style)
+            a1.plot(marks, hv, drawstyle="steps-post", **style)
+            a2.plot(wall, hv, **style)
         for name, b in d["baselines"].items():
             for a in (a1, a2):
                 a.axhline(b["hv"], ls=":", lw=1, color="gray")
@@ -505,6 +507,22 @@ def plot(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Path)
         plt.close(fig)
         files.append(path)
     return files
+
+
+def _on_marks(rs: list[dict], evals: int):
+    """Seeds' curves on common evaluation marks (a curve holds its last value between its own
+    points): marks, median wall s, median HV."""
+    marks = np.linspace(evals / sc.N_CHECKPOINTS, evals, sc.N_CHECKPOINTS)
+    W, H = [], []
+    for r in rs:
+        C = np.array(r["curve"], dtype=float)
+        j = np.searchsorted(C[:, 0], marks, side="right") - 1  # last point at or before each mark
+        H.append(np.where(j >= 0, C[np.maximum(j, 0), 2], 0.0))
+        W.append(np.where(j >= 0, C[np.maximum(j, 0), 1], np.nan))
+    with warnings.catch_warnings():  # marks before any seed's first point have no wall time
+        warnings.simplefilter("ignore", RuntimeWarning)
+        wall = np.nanmedian(np.array(W), axis=0)
+    return marks, wall, np.median(np.array(H), axis=0)
 
 
 # ---------------------------------------------------------------- entry

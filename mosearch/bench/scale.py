@@ -16,8 +16,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = "qwen2.5-7b-grpo"
-# `mosearch plan`'s defaults (mosearch/commands/plan.py: DEFAULT_EVALS, DEFAULT_POP)
-DEFAULT_SEARCH = {"evals": 20_000, "pop_size": 100}
+
+def _plan_defaults() -> dict:
+    from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
+
+    return {"evals": DEFAULT_EVALS, "pop_size": DEFAULT_POP}
+
+
+# `mosearch plan`'s defaults, so the table times what a user gets
+DEFAULT_SEARCH = _plan_defaults()
 # catalog GPU types cycled through by generated pools (all hold a 7B model's weights)
 GPU_TYPES = ("H100", "A100-80G", "L40S", "H200", "A100-40G", "L4", "A10G", "V100")
 # inter-region link of the shipped mixed-64 cluster (100 Gb/s, 80 ms, $0.02/GB egress)
