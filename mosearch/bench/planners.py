@@ -274,7 +274,10 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
         lines.append("| " + " | ".join(cells) + " |")
         if "maoea-cs" in med:
             ours = med["maoea-cs"][1]
-            wins[d["sid"]] = (all(ours >= v for v in others.values()), [k for k, v in others.items() if v > ours])
+            rivals = {k: v for k, v in others.items() if k in sc.SEARCH_METHODS}
+            best_rival = max(rivals, key=rivals.get) if rivals else None
+            wins[d["sid"]] = (all(ours >= v for v in others.values()), [k for k, v in others.items() if v > ours],
+                              ours / rivals[best_rival] if best_rival and rivals[best_rival] > 0 else None, best_rival)
             if ex and ex["hv"] > 0:
                 exact_ratio[d["sid"]] = ours / ex["hv"]
     lines += [""]
@@ -290,7 +293,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
               "hypervolume first reaches 95% and 99% of the best final median hypervolume of the scenario. "
               "Plots: `planners/<scenario>.png` (median over seeds; HV against evaluations and against wall time).", ""]
     head = ["scenario", "method", "final HV (median)", "evals to 95%", "s to 95%", "evals to 99%", "s to 99%",
-            "wall s (median)", "evals/s"]
+            "front size (median)", "wall s (median)", "evals/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for d in feasible:
         best = max(float(np.median([r["hv"] for r in rs])) for rs in d["runs"].values())
@@ -306,7 +309,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
                 d["sid"], sc.SEARCH_METHODS[m], f"{float(np.median([r['hv'] for r in rs])):.4f}",
                 _reach(e95, n95, len(rs), "{:,.0f}"), _reach(s95, n95, len(rs), "{:.2f}"),
                 _reach(e99, n99, len(rs), "{:,.0f}"), _reach(s99, n99, len(rs), "{:.2f}"),
-                f"{wall:.2f}", f"{rate:,.0f}"]) + " |")
+                f"{float(np.median([len(r['front']) for r in rs])):.0f}", f"{wall:.2f}", f"{rate:,.0f}"]) + " |")
     lines += [""]
     for d in feasible:
         png = plot_dir / f"{_slug(d['sid'])}.png"
@@ -351,7 +354,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
                 if rh:
                     ratios.setdefault("hetrl", []).append(rh)
                 if c:
-                    ratios.setdefault("cost", []).append(B / c)
+                    ratios.setdefault("cost", []).append(c / B)
             lines.append("| " + " | ".join([d["sid"], label, f"{B:.4g}", _fmt(t), _fmt(rv, 3), _fmt(rh, 3), _fmt(c),
                                             _fmt(B / c if c else None, 3)]) + " |")
     lines += [""]
@@ -386,30 +389,45 @@ def _slug(sid: str) -> str:
     return sid.replace(" x ", "__").replace(" ", "_")
 
 
+def _gmean(v) -> float:
+    return float(np.exp(np.mean(np.log(v))))
+
+
 def _summary(wins, exact_ratio, ratios, scale_rows, data) -> list[str]:
     out = ["## Summary", ""]
     if wins:
-        n_win = sum(1 for w, _ in wins.values() if w)
+        n_win = sum(1 for w, *_ in wins.values() if w)
         share = n_win / len(wins)
-        lost = {s: l for s, (w, l) in wins.items() if not w}
+        lost = {s: l for s, (w, l, *_) in wins.items() if not w}
         out.append(f"- Search quality: MaOEA-CS's median hypervolume is at least every other method's and every "
                    f"baseline plan's on **{n_win}/{len(wins)} scenarios ({share:.0%})**; target >= {TARGET_SHARE:.0%}: "
                    f"**{'met' if share >= TARGET_SHARE else 'missed'}**.")
+        won = [s for s, (w, *_) in wins.items() if w]
+        if won:
+            out.append("- Where we win: " + ", ".join(won) + ".")
         if lost:
-            out.append("- Where we do not win: " + "; ".join(f"{s} (beaten by {', '.join(l)})" for s, l in lost.items())
-                       + ".")
+            out.append("- Where we do not win (methods or baseline plans with a higher median HV): "
+                       + "; ".join(f"{s} ({', '.join(l)})" for s, l in lost.items()) + ".")
+        rel = [(r, b) for _, _, r, b in wins.values() if r is not None]
+        if rel:
+            rs = [r for r, _ in rel]
+            top = max(set(b for _, b in rel), key=[b for _, b in rel].count)
+            out.append(f"- MaOEA-CS median HV / best other search method's median HV: geometric mean "
+                       f"{float(np.exp(np.mean(np.log(rs)))):.3f} over {len(rs)} scenarios (range {min(rs):.3f}-"
+                       f"{max(rs):.3f}); the strongest rival most often: {sc.SEARCH_METHODS[top]}.")
     for s, r in exact_ratio.items():
         out.append(f"- Exact front, {s}: MaOEA-CS median HV = **{r:.4f}** of the enumerated front's; target >= "
                    f"{TARGET_EXACT}: **{'met' if r >= TARGET_EXACT else 'missed'}**.")
     if ratios.get("verl"):
         v = ratios["verl"]
         s = (f"- Plan quality (model predictions): at the best homogeneous plan's $/h, MaOEA-CS's fastest plan "
-             f"trains {np.mean(v):.2f}x the verl-style colocated plan on average (range {min(v):.2f}-{max(v):.2f}x)")
+             f"trains {_gmean(v):.2f}x the verl-style colocated plan (geometric mean, range {min(v):.2f}-{max(v):.2f}x)")
         if ratios.get("hetrl"):
-            s += f", {np.mean(ratios['hetrl']):.2f}x the HetRL-style plan"
+            s += f", {_gmean(ratios['hetrl']):.2f}x the HetRL-style plan"
         if ratios.get("cost"):
-            s += (f"; at the homogeneous plan's throughput it costs {np.mean(ratios['cost']):.2f}x less on average "
-                  "(1.00x: the homogeneous plan is already the cheapest found)")
+            c = ratios["cost"]
+            s += (f"; its cheapest plan at least as fast as the homogeneous one costs {_gmean(c):.2f}x the "
+                  f"homogeneous plan's $/h (geometric mean, range {min(c):.2f}-{max(c):.2f}; < 1 is cheaper)")
         out.append(s + ".")
     if scale_rows:
         big = max(scale_rows, key=lambda r: r["gpus"])
