@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from problems.placement.baselines import BASELINE_PLANNERS
-from problems.placement.enumerate import enumerate_front
+from problems.placement.enumerate import enumerate_front, space_size
 from problems.placement.problem import objectives
 
 from tests.placement.conftest import problem
@@ -66,11 +66,20 @@ def test_verl_rows_are_colocated_on_one_type(problems):
 
 @pytest.mark.slow
 def test_exact_front_covers_every_baseline_on_mixed8():
-    """The enumerated front (one KV level, shared with the baselines) weakly dominates the best
-    plan of every baseline, which it must if the enumeration really is exhaustive."""
+    """The enumerated front of mixed-8 (one KV level, shared with the baselines) is feasible and
+    mutually non-dominated, and it weakly dominates the best plans of every baseline, which it
+    must if the enumeration really is exhaustive."""
     p = problem("mixed-8", "qwen2.5-7b-grpo")
     kv = (0.9,)
-    front = enumerate_front(p, kv_grid=kv).front_F
+    ex = enumerate_front(p, kv_grid=kv)
+    assert ex.n_space == space_size(p, (0.5, 0.7, 0.9)) // 3  # linear in the KV grid
+    assert ex.n_evaluated < ex.n_space / 10
+    front = ex.front_F
+    assert len(front) > 10
+    assert (p._constraints(p.evaluate_matrix(ex.front_X)) <= 0).all()
+    le = (front[:, None, :] <= front[None, :, :]).all(axis=2)
+    lt = (front[:, None, :] < front[None, :, :]).any(axis=2)
+    assert not (le & lt).any()  # no front point dominates another
     budget = 0.6 * _full_cost(p)
     for name, planner in BASELINE_PLANNERS.items():
         res = planner(p, budget_usd_h=budget if name in ("hetrl-sh", "milp") else None, seed=0, kv_grid=kv)

@@ -15,6 +15,9 @@ def _dominates(a, b):
     return (a <= b).all() and (a < b).any()
 
 
+# the mixed-8 enumeration (slow) is tested with the baselines it must cover, in test_baselines.py
+
+
 def test_nondominated_matches_brute_force():
     rng = np.random.default_rng(0)
     F = np.round(rng.random((700, 4)), 1)  # rounding makes ties and duplicates
@@ -65,16 +68,3 @@ def test_local_space_is_counted_and_front_exact():
     F = objectives(r)[ok]
     brute = np.unique(F[nondominated(F)], axis=0)
     assert np.allclose(np.unique(res.front_F, axis=0), brute)
-
-
-@pytest.mark.slow
-def test_mixed8_front_one_kv_level():
-    p = problem("mixed-8", "qwen2.5-7b-grpo")
-    res = enumerate_front(p, kv_grid=(0.7,))
-    assert res.n_space == space_size(p, (0.5, 0.7, 0.9)) // 3  # linear in the kv grid
-    F = res.front_F
-    assert len(F) > 10
-    # mutually non-dominated and feasible
-    for i in range(0, len(F), 7):
-        assert not any(_dominates(F[j], F[i]) for j in range(len(F)))
-    assert (p._constraints(p.evaluate_matrix(res.front_X)) <= 0).all()

@@ -83,8 +83,8 @@ def plan(problem: PlacementProblem, budget_usd_h: float | None = None, evals: in
             break
         alive = alive[np.argsort(-best_key[alive], kind="stable")][: max(1, len(alive) // 2)]
     R, F, ok, viol = np.vstack(pool_R), np.vstack(pool_F), np.concatenate(pool_ok), np.concatenate(pool_v)
-    R, first = np.unique(R, axis=0, return_index=True)
-    F, ok, viol = F[first], ok[first], viol[first]
+    _, first = np.unique(F, axis=0, return_index=True)  # one plan per distinct score
+    R, F, ok, viol = R[first], F[first], ok[first], viol[first]
     o = rank(F, ok, viol)[:8]
     return score.result("hetrl-sh", R[o], F[o], ok[o], ["hetrl"] * len(o), budget_usd_h,
                         arms=len(arms), rounds=rounds)
