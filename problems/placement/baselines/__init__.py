@@ -10,6 +10,10 @@ $/h, peak memory fraction, staleness), `feasible` (all of the problem's constrai
 budget as max_cost when one is given), `labels`, `evals` (model evaluations spent) and
 `seconds`. kv_mem_frac is drawn from the enumeration's KV grid so that, on small clusters, the
 exact front of `problems.placement.enumerate` covers every baseline plan.
+`evals` is the search effort: verl-colocated caps its candidates per GPU type (default: all,
+about 650 per pool set), best-homogeneous spends it per GPU type (default 12,000),
+hetrl-sh in total (default 20,000); milp ignores it (its probes and MILPs are fixed,
+about 1,600 evaluations on mixed-8). `budget_usd_h=None` means no budget.
 
   verl-colocated    everything colocated on the GPUs of one type, verl defaults, knobs tuned;
                     one row per GPU type
