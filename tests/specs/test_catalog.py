@@ -67,3 +67,14 @@ def test_widest_path_routes_through_a_relay(tmp_path):
     assert cluster.region_bw[a, c] == 5  # via b beats the 1 GB/s direct link
     assert cluster.region_latency[a, c] == pytest.approx(0.030)
     assert cluster.region_egress[a, c] == pytest.approx(0.03)
+
+
+def test_tiny_preset_matches_the_model_the_trainer_builds():
+    from trainer.models.tiny import CHARS, SPECIAL_TOKENS, TINY_ARCH
+
+    tiny = model_presets()["tiny"]
+    assert (tiny.layers, tiny.hidden, tiny.heads, tiny.kv_heads, tiny.ffn, tiny.hd, tiny.tied_embeddings) == (
+        TINY_ARCH["num_hidden_layers"], TINY_ARCH["hidden_size"], TINY_ARCH["num_attention_heads"],
+        TINY_ARCH["num_key_value_heads"], TINY_ARCH["intermediate_size"], TINY_ARCH["head_dim"],
+        TINY_ARCH["tie_word_embeddings"])
+    assert tiny.vocab == len(SPECIAL_TOKENS) + len(CHARS)
