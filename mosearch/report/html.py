@@ -12,7 +12,7 @@ import html
 import json
 from pathlib import Path
 
-import plotly.graph_objects as go
+import plotly.io as pio
 
 from mosearch.report.terminal import step_parts
 from problems.atomic import atomic_write_text
@@ -131,40 +131,44 @@ if (KNEE !== null) detail(PLANS[KNEE]);
 """
 
 
-def _figure(plans: list[Plan], baselines: dict[str, Plan], knee: int | None) -> go.Figure:
+def _figure(plans: list[Plan], baselines: dict[str, Plan], knee: int | None) -> dict:
+    """The plotly figure as a plain dict (validating a go.Figure of hundreds of points costs seconds)."""
     pr = [p.predicted for p in plans]
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(
-        x=[d.get("cost_usd_h") for d in pr], y=[d.get("throughput_samples_s") for d in pr], mode="markers",
-        name="front",
-        marker=dict(size=[16 if i == knee else 9 for i in range(len(plans))],
-                    symbol=["star" if i == knee else "circle" for i in range(len(plans))],
+    n = len(plans)
+    front = dict(
+        type="scatter", mode="markers", name="front",
+        x=[d.get("cost_usd_h") for d in pr], y=[d.get("throughput_samples_s") for d in pr],
+        marker=dict(size=[16 if i == knee else 9 for i in range(n)],
+                    symbol=["star" if i == knee else "circle" for i in range(n)],
                     color=[MODE_COLOURS.get(p.execution.mode, "#7f7f7f") for p in plans],
-                    line=dict(width=[1.5 if i == knee else 0 for i in range(len(plans))], color="black")),
+                    line=dict(width=[1.5 if i == knee else 0 for i in range(n)], color="black")),
         customdata=[[p.plan_id, p.execution.mode, d.get("peak_mem_frac"), d.get("staleness")] for p, d in zip(plans, pr)],
         hovertemplate="%{customdata[0]} (%{customdata[1]})<br>%{y:.2f} samples/s, %{x:.2f} $/h<br>"
                       "peak memory %{customdata[2]:.3f}, staleness %{customdata[3]:.2f}<extra></extra>",
-    ))
+    )
+    data = [front]
     if baselines:
         bp = [p.predicted for p in baselines.values()]
-        fig.add_trace(go.Scatter(
+        data.append(dict(
+            type="scatter", mode="markers+text", name="baselines",
             x=[d.get("cost_usd_h") for d in bp], y=[d.get("throughput_samples_s") for d in bp],
-            mode="markers+text", name="baselines", text=list(baselines), textposition="top center",
+            text=list(baselines), textposition="top center",
             marker=dict(size=12, symbol="square-open", color="black", line=dict(width=2)),
             hovertemplate="baseline %{text}<br>%{y:.2f} samples/s, %{x:.2f} $/h<extra></extra>",
         ))
-    fig.update_layout(
-        xaxis_title="cost ($/h)", yaxis_title="throughput (samples/s)", width=760, height=540,
-        margin=dict(l=60, r=20, t=30, b=50), legend=dict(orientation="h", y=1.06), hovermode="closest",
-        template="plotly_white",
+    layout = dict(
+        xaxis=dict(title=dict(text="cost ($/h)")), yaxis=dict(title=dict(text="throughput (samples/s)")),
+        width=760, height=540, margin=dict(l=60, r=20, t=30, b=50), legend=dict(orientation="h", y=1.06),
+        hovermode="closest", plot_bgcolor="white",
     )
-    return fig
+    return dict(data=data, layout=layout)
 
 
 def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee: int | None,
                  title: str, subtitle: str) -> Path:
     fig = _figure(plans, baselines, knee)
-    figure = fig.to_html(include_plotlyjs=True, full_html=False, div_id="front", config={"displaylogo": False})
+    figure = pio.to_html(fig, include_plotlyjs=True, full_html=False, div_id="front", validate=False,
+                         config={"displaylogo": False})
     step_keys = list(dict.fromkeys(k for p in plans for k in step_parts(p.predicted)))
     text = PAGE.format(
         title=html.escape(title), subtitle=html.escape(subtitle), figure=figure,
