@@ -11,8 +11,10 @@ from mosearch.planner import algorithms
 from mosearch.planner.search import SearchSettings
 from problems.errors import InputError
 
-# Defaults sized so mixed-64 x qwen2.5-7b-grpo finishes in about 30 s and hetero-1024 in
-# about 3 minutes on a 2-core development machine (benchmarks/planner_targets.py measures both).
+# 30k evaluations (half MaOEA-CS, half Pareto local search on its archive): mixed-64 x
+# qwen2.5-7b-grpo takes ~20 s and hetero-1024 ~15 s of wall time on the 2-core development
+# machine under load, and mixed-8 reaches 0.99 of the exact front's hypervolume
+# (benchmarks/planner_targets.py, results/bench/planner.md).
 DEFAULT_EVALS = 30000
 DEFAULT_POP = 100
 
@@ -26,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"search algorithm (default {algorithms.DEFAULT}); baselines: nsga3, moead, rvea, agemoea2, "
                         "deap-nsga3, random")
     p.add_argument("--evals", type=int, help=f"evaluation budget (default {DEFAULT_EVALS} when --time is not given)")
-    p.add_argument("--time", type=float, dest="time_s", metavar="SECONDS", help="wall-time limit of the search")
+    p.add_argument("--time", type=float, dest="time_s", metavar="SECONDS",
+                   help="wall-time limit of the search (with --evals, whichever comes first)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--pop-size", type=int, default=DEFAULT_POP)
     p.add_argument("--max-cost", type=float, help="budget, $/h")
