@@ -132,7 +132,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         raise no_feasible(problem, result, limits)
 
     plans = decode_front(problem, result.X, result.F)
-    baselines = seeding.baseline_plans(problem, corners)
+    baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
     F = results.objective_matrix(plans)
     knee = decide.knee(F) if len(plans) else None
     t_write = time.perf_counter()
@@ -144,7 +144,8 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     info = {
         "partial": bool(result.partial),
         "stop_reason": result.stop_reason,
-        "cluster": {"path": str(cluster), "sha256": file_sha256(cluster)},
+        "cluster": {"path": str(cluster), "sha256": file_sha256(cluster),
+                    "profiles": {g: {"path": p, "sha256": file_sha256(p)} for g, p in problem.cluster.profiles.items()}},
         "workload": {"path": str(workload), "sha256": file_sha256(workload)},
         "algorithm": settings.algorithm,
         "seed": settings.seed,

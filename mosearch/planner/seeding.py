@@ -171,19 +171,26 @@ class Corners:
         return out
 
 
-def baseline_plans(problem, corners: Corners) -> dict[str, Plan]:
-    """Baseline planners' plans scored by the same model: problems.placement's own planners when
-    they exist, else the heuristic ones from the grid."""
-    try:
-        from problems.placement import baselines as planners  # type: ignore[attr-defined]
-    except ImportError:
-        planners = None
+def baseline_plans(problem, corners: Corners, evals: int = 4000, seed: int = 0) -> dict[str, Plan]:
+    """The baseline planners' best feasible plans (problems.placement.baselines), scored by the
+    same model: verl-style colocated and the best homogeneous deployment per GPU type, the
+    HetRL-style search and the MILP under the run's budget. The grid's heuristic plans fill in
+    for a planner that finds nothing feasible."""
+    from problems.placement.baselines import BASELINE_PLANNERS
+
     out: dict[str, Plan] = {}
-    if planners is not None and hasattr(planners, "all_baselines"):
-        for name, plan in planners.all_baselines(problem).items():
-            out[name] = plan if plan.predicted else problem.decode(problem.encode(plan), plan_id=f"base-{name}")
-        return out
-    for name, x in corners.heuristic_baselines().items():
-        slug = name.replace(" ", "-").replace("@", "-")
-        out[name] = problem.decode(x, plan_id=f"baseline-{slug}", lifetime=False)
+    budget = problem.limits["max_cost_usd_h"]
+    for planner, fn in BASELINE_PLANNERS.items():
+        res = fn(problem, budget_usd_h=budget, evals=evals, seed=seed)
+        corners.evaluations += int(res.evals)
+        rows = np.flatnonzero(res.feasible)
+        per_type = planner in ("verl-colocated", "best-homogeneous")
+        for i in (rows if per_type else rows[:1]):
+            name = f"{planner} {res.labels[i]}" if per_type else planner
+            slug = name.replace(" ", "-").replace("@", "-")
+            out[name] = problem.decode(res.X[i], plan_id=f"baseline-{slug}", lifetime=False)
+    if not out:
+        for name, x in corners.heuristic_baselines().items():
+            slug = name.replace(" ", "-").replace("@", "-")
+            out[name] = problem.decode(x, plan_id=f"baseline-{slug}", lifetime=False)
     return out

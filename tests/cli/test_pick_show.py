@@ -19,7 +19,8 @@ def test_show_lists_the_front_sorted(mixed8_run, capsys):
     cheapest = sorted(run.plans, key=lambda p: p.predicted["cost_usd_h"])[:3]
     pos = [out.index(p.plan_id) for p in cheapest]
     assert pos == sorted(pos)  # in cost order
-    assert "baseline: verl-style colocated" in out  # baselines beside the front
+    for planner in ("verl-colocated", "best-homogeneous", "hetrl-sh", "milp"):  # baselines beside the front
+        assert f"baseline: {planner}" in out
     assert f"{len(run.plans)} Pareto plans" in out
 
 
