@@ -65,35 +65,54 @@ def _keys(X: np.ndarray) -> list[bytes]:
     return [r.tobytes() for r in np.round(X, 6)]
 
 
-def pareto_local_search(rec, repair=None, integer: np.ndarray | None = None, seed: int = 0) -> None:
-    """Expand unexplored archive members until none is left; the recording problem's hook
-    stops it at the budget (or time limit, or Ctrl-C) by raising."""
-    rng = np.random.default_rng(seed)
-    xl, xu = np.asarray(rec.xl, dtype=float), np.asarray(rec.xu, dtype=float)
-    if integer is None:
-        integer = np.asarray(getattr(rec, "integer_mask", np.zeros(rec.n_var, dtype=bool)), dtype=bool)
-    fix = (lambda X: repair._do(rec, X)) if repair is not None else (lambda X: X)
-    explored: set[bytes] = set()
-    seen: set[bytes] = set(_keys(rec.archive.X))
-    stale = 0
-    while stale < STALE_ROUNDS:
-        A = rec.archive.X
-        if len(A) == 0:
-            return
-        todo = [i for i, k in enumerate(_keys(A)) if k not in explored]
+class ParetoLocalSearch:
+    """The search as an object whose whole state (rng, explored, seen, stale) can be saved
+    between batches (`checkpoint.py`); `step` is one batch."""
+
+    def __init__(self, rec, repair=None, integer: np.ndarray | None = None, seed: int = 0):
+        self.rec = rec
+        self.rng = np.random.default_rng(seed)
+        self.xl, self.xu = np.asarray(rec.xl, dtype=float), np.asarray(rec.xu, dtype=float)
+        if integer is None:
+            integer = np.asarray(getattr(rec, "integer_mask", np.zeros(rec.n_var, dtype=bool)), dtype=bool)
+        self.integer = integer
+        self.fix = (lambda X: repair._do(rec, X)) if repair is not None else (lambda X: X)
+        self.explored: set[bytes] = set()
+        self.seen: set[bytes] = set(_keys(rec.archive.X))
+        self.stale = 0
+
+    def done(self) -> bool:
+        return self.stale >= STALE_ROUNDS or len(self.rec.archive.X) == 0
+
+    def step(self) -> None:
+        A = self.rec.archive.X
+        todo = [i for i, k in enumerate(_keys(A)) if k not in self.explored]
         if todo:
-            pick = rng.permutation(todo)[:BATCH_PLANS]
-            explored.update(_keys(A[pick]))
-            N = fix(neighbours(A[pick], xl, xu, integer))
+            pick = self.rng.permutation(todo)[:BATCH_PLANS]
+            self.explored.update(_keys(A[pick]))
+            N = self.fix(neighbours(A[pick], self.xl, self.xu, self.integer))
         else:
-            N = fix(pair_moves(A, xl, xu, integer, rng, PAIR_BATCH))
+            N = self.fix(pair_moves(A, self.xl, self.xu, self.integer, self.rng, PAIR_BATCH))
         keys = _keys(N)
         fresh, uniq = [], set()
         for i, k in enumerate(keys):
-            if k not in seen and k not in uniq:
+            if k not in self.seen and k not in uniq:
                 uniq.add(k)
                 fresh.append(i)
-        seen.update(uniq)
-        stale = 0 if fresh else stale + 1
+        self.seen.update(uniq)
+        self.stale = 0 if fresh else self.stale + 1
         if fresh:
-            rec.evaluate(N[fresh])
+            self.rec.evaluate(N[fresh])
+
+    def run(self, on_step=None) -> None:
+        """Step until done; `on_step()` after each whole batch (where a checkpoint may be taken)."""
+        while not self.done():
+            self.step()
+            if on_step is not None:
+                on_step()
+
+
+def pareto_local_search(rec, repair=None, integer: np.ndarray | None = None, seed: int = 0) -> None:
+    """Expand unexplored archive members until none is left; the recording problem's hook
+    stops it at the budget (or time limit, or Ctrl-C) by raising."""
+    ParetoLocalSearch(rec, repair, integer, seed).run()

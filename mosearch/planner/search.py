@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mosearch.planner import algorithms
+from mosearch.planner import checkpoint as ckpt
 from mosearch.planner.hv import HVScale
-from mosearch.planner.polish import pareto_local_search
+from mosearch.planner.polish import ParetoLocalSearch
 from mosearch.planner.progress import SearchProgress
 from mosearch.planner.recording import RecordingProblem
 
@@ -100,18 +101,24 @@ def _row(rec: RecordingProblem, t0: float, scale: HVScale | None) -> dict:
 
 
 def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = None,
-               hv_scale: HVScale | None = None, on_generation=None) -> SearchResult:
+               hv_scale: HVScale | None = None, on_generation=None,
+               checkpointer: ckpt.Checkpointer | None = None, state: tuple[dict, dict] | None = None) -> SearchResult:
     """Search `problem` (4 minimised objectives) and return its archive and history.
 
     `seeds`: decision vectors for MaOEA-CS' first population (the corner heuristics).
     `on_generation(row, stop_event)`: called after each evaluated batch (tests interrupt with it).
+    `checkpointer`: saves the state at generation boundaries (MaOEA-CS and the local search;
+    the baseline algorithms run as black boxes and are not checkpointed).
+    `state`: a saved state (`checkpoint.read_state`) to go on from. The evaluation budget
+    counts from the run's start; a time limit counts from this call.
     """
     if settings.evals is None and settings.time_s is None:
         raise ValueError("give an evaluation budget, a time limit or both")
     algorithms.check_name(settings.algorithm)
     budget = settings.evals if settings.evals is not None else UNLIMITED_EVALS
-    history: list[dict] = []
-    t0 = time.perf_counter()
+    history: list[dict] = list(state[0]["history"]) if state else []
+    wall0 = float(state[0]["wall_s"]) if state else 0.0
+    t0 = time.perf_counter() - wall0
     total, by_evals = (settings.evals, True) if settings.evals is not None else (settings.time_s, False)
 
     evaluation = None
@@ -130,21 +137,46 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
                 on_generation(row, stop)
             if stop.is_set():
                 raise StopSearch("interrupted")
-            if settings.time_s is not None and row["wall_s"] >= settings.time_s:
+            if settings.time_s is not None and row["wall_s"] - wall0 >= settings.time_s:
                 raise StopSearch("time")
             if rec.n_evals >= budget:
                 raise StopSearch("budget")
 
         rec = RecordingProblem(problem, evaluation, on_batch)
+        meta, arrays = state if state else ({}, {})
+        phase = meta.get("phase", "maoea")
+        if state:
+            ckpt.guarded(ckpt.restore_recorder, rec, meta, arrays)
+            if checkpointer is not None:
+                checkpointer.last = rec.batches
+
+        def save(phase_name: str, part) -> None:
+            if checkpointer is None:
+                return
+
+            def capture():
+                m, a = ckpt.recorder_state(rec, history, history[-1]["wall_s"] if history else 0.0)
+                pm, pa = part()
+                return {**m, "phase": phase_name, phase_name: pm}, {**a, **pa}
+
+            checkpointer.boundary(rec.batches, capture)
+
         try:
             if settings.algorithm == algorithms.DEFAULT:
-                ea = int((settings.evals or TIME_EVAL_RATE * settings.time_s) * (1.0 - settings.polish))
-                algo = algorithms.make_maoea(problem, settings.pop_size, seeds, ea)
-                algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
-                while algo.has_next():
-                    algo.next()
+                if phase == "maoea":
+                    ea = int((settings.evals or TIME_EVAL_RATE * settings.time_s) * (1.0 - settings.polish))
+                    algo = algorithms.make_maoea(problem, settings.pop_size, seeds, ea)
+                    algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
+                    if state:
+                        ckpt.guarded(ckpt.restore_maoea, algo, meta["maoea"], arrays)
+                    while algo.has_next():
+                        algo.next()
+                        save("maoea", lambda: ckpt.maoea_state(algo))
                 if settings.polish > 0:
-                    pareto_local_search(rec, algorithms.problem_repair(problem), seed=settings.seed)
+                    pls = ParetoLocalSearch(rec, algorithms.problem_repair(problem), seed=settings.seed)
+                    if phase == "polish":
+                        ckpt.guarded(ckpt.restore_polish, pls, meta["polish"], arrays)
+                    pls.run(lambda: save("polish", lambda: ckpt.polish_state(pls)))
             else:
                 algorithms.baseline_runner(settings.algorithm)(rec, budget, settings.seed)
         except StopSearch as s:
