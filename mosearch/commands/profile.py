@@ -17,9 +17,9 @@ from problems.placement.catalog import gpu_aliases, gpu_catalog
 
 GRIDS = {
     # the default grid: about a minute of measurement on a 2-core machine with the tiny model
-    "default": dict(matmul=dict(sizes=(256, 512, 1024, 2048)), bandwidth=dict(mib=(64, 256)),
-                    train=dict(micro_batches=(1, 4, 8, 16), seq_lens=(32, 64, 128)),
-                    rollout=dict(batches=(1, 8, 32, 64), prompt_lens=(16, 64), decode_tokens=32),
+    "default": dict(matmul=dict(sizes=(256, 512, 1024, 2048), repeats=7), bandwidth=dict(mib=(64, 256), repeats=7),
+                    train=dict(micro_batches=(1, 4, 8, 16), seq_lens=(32, 64, 128), repeats=5),
+                    rollout=dict(batches=(1, 8, 32, 64), prompt_lens=(16, 64), decode_tokens=32, repeats=5),
                     collective=dict(sizes=(2**20, 2**23, 2**25))),
     "quick": dict(matmul=dict(sizes=(256, 512)), bandwidth=dict(mib=(32,)),
                   train=dict(micro_batches=(1, 4), seq_lens=(32, 64), repeats=2),

@@ -9,7 +9,6 @@ between two worker processes (gloo on CPU, NCCL on GPU) and the colocated contex
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from typing import Callable
 
@@ -26,7 +25,8 @@ def _sync() -> None:
 
 
 def _time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median seconds of `fn` over `repeats` runs after `warmup` runs."""
+    """Fastest of `repeats` timed runs after `warmup` runs: on a shared machine other work only
+    ever adds time, so the minimum is the estimate least disturbed by it."""
     for _ in range(warmup):
         fn()
     _sync()
@@ -36,7 +36,7 @@ def _time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
         fn()
         _sync()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def matmul(sizes=(256, 512, 1024, 2048), repeats: int = 5) -> list[dict]:
@@ -101,10 +101,10 @@ def rollout(model_path: str, batches=(1, 8, 32), prompt_lens=(16, 64), decode_to
     for b in batches:
         for p in prompt_lens:
             prompts = [[(7 * i + j) % 50 + 4 for j in range(p)] for i in range(b)]
-            one = statistics.median(engine.generate(prompts, n=1, max_new_tokens=1, temperature=1.0, seed=1)["gen_s"]
-                                    for _ in range(repeats))
-            full = statistics.median(engine.generate(prompts, n=1, max_new_tokens=decode_tokens, temperature=1.0,
-                                                     seed=1)["gen_s"] for _ in range(repeats))
+            one = min(engine.generate(prompts, n=1, max_new_tokens=1, temperature=1.0, seed=1)["gen_s"]
+                      for _ in range(repeats))
+            full = min(engine.generate(prompts, n=1, max_new_tokens=decode_tokens, temperature=1.0, seed=1)["gen_s"]
+                       for _ in range(repeats))
             prefill.append({"batch": b, "prompt_len": p, "tokens": b * p, "seconds": one, "tokens_s": b * p / one})
             step = max(full - one, 1e-9) / (decode_tokens - 1)
             decode.append({"batch": b, "context": p + decode_tokens // 2, "step_seconds": step, "tokens_s": b / step})
@@ -114,8 +114,8 @@ def rollout(model_path: str, batches=(1, 8, 32), prompt_lens=(16, 64), decode_to
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     items = list(model.state_dict().items())
     nbytes = sum(t.numel() * t.element_size() for _, t in items)
-    sync = statistics.median(engine.update_weights(items, version=i + 1) for i in range(3))
-    switch = statistics.median(engine.sleep() + engine.wake_up() for _ in range(3))
+    sync = min(engine.update_weights(items, version=i + 1) for i in range(3))
+    switch = min(engine.sleep() + engine.wake_up() for _ in range(3))
     return {"prefill": prefill, "decode": decode,
             "weight_sync": [{"bytes": nbytes, "seconds": sync}],
             "engine_switch": [{"what": "vllm sleep+wake" if torch.cuda.is_available() else "prefix-cache reset (CPU: no sleep mode)",
