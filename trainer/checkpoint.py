@@ -1,4 +1,10 @@
-"""Checkpoints written atomically (temp dir + rename) with a sha256 manifest verified on load."""
+"""Checkpoints written atomically (temp dir + rename) with a sha256 manifest verified on load.
+
+A run directory keeps the newest `prune(keep=2)` checkpoints, `step_NNNNNN/`, each with the
+ranks' `state.pt`, the driver's `driver.json` and `manifest.json` (sha256 of both). Loading
+takes the newest checkpoint that verifies; a corrupt one is skipped with a warning naming the
+file, and only when none verifies is the load refused (one-line InputError).
+"""
 
 from __future__ import annotations
 
@@ -53,12 +59,47 @@ def verify(path: Path) -> dict:
     manifest_file = path / "manifest.json"
     if not manifest_file.is_file():
         raise InputError(str(path), "manifest.json", "missing", "a checkpoint written by `mosearch train`")
-    manifest = json.loads(manifest_file.read_text())
-    for name, digest in manifest["sha256"].items():
+    try:
+        manifest = json.loads(manifest_file.read_text())
+        digests = dict(manifest["sha256"])
+    except (ValueError, KeyError, TypeError):
+        raise InputError(str(manifest_file), "sha256", "manifest is not valid JSON with a sha256 table", "a checkpoint written by `mosearch train`") from None
+    if "driver.json" not in digests:
+        raise InputError(str(manifest_file), "sha256", "driver.json is not covered", "a checkpoint written by `mosearch train`")
+    for name, digest in digests.items():
         f = path / name
         if not f.is_file() or sha256(f) != digest:
             raise InputError(str(f), "sha256", "checkpoint file is missing or corrupt", f"sha256 {digest[:12]}...")
     return json.loads((path / "driver.json").read_text())
+
+
+def steps(root: Path) -> list[tuple[int, Path]]:
+    """(step, dir) of the checkpoint directories under `root`, newest first (half-written `.tmp` ones excluded)."""
+    out = []
+    for p in root.glob("step_*"):
+        if p.is_dir() and p.name[5:].isdigit():
+            out.append((int(p.name[5:]), p))
+    return sorted(out, reverse=True)
+
+
+def load_newest_valid(root: Path, max_step: int | None = None, warn=print) -> tuple[Path | None, dict | None]:
+    """The newest checkpoint at or before `max_step` whose files match its manifest, and its driver state.
+
+    Corrupt ones are skipped (each named in one warning line). None when there is no checkpoint;
+    an InputError naming the newest corrupt file when there are some but none verifies.
+    """
+    first_err = None
+    for step, path in steps(root):
+        if max_step is not None and step > max_step:
+            continue
+        try:
+            return path, verify(path)
+        except InputError as err:
+            first_err = first_err or err
+            warn(f"warning: skipping checkpoint {path.name}: {err.line()}")
+    if first_err is not None:
+        raise first_err
+    return None, None
 
 
 def prune(root: Path, keep: int = 2) -> None:

@@ -102,18 +102,11 @@ class Layout:
 
 def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> Layout:
     """Check the plan against the found cluster and decide what to launch; refuse a plan for another cluster."""
-    need: dict[str, int] = {}
-    for p in plan.pools:
-        need[p.gpu] = need.get(p.gpu, 0) + p.used_gpus
-    missing = []
-    for gpu, n in need.items():
-        have_name = _match(gpu, found.devices)
-        have = found.devices.get(have_name, 0) if have_name else 0
-        if have < n:
-            missing.append(f"{gpu} x{n} (found {have})")
+    missing = shortfall(plan, found)
     if missing and not emulate:
-        raise InputError(plan_file, "pools", f"plan is for cluster '{plan.cluster.name}' needing {', '.join(missing)}; "
-                         f"this cluster has {found.describe()}", "a plan made for this cluster, or --emulate to run it scaled down here")
+        where = "this Ray cluster" if found.ray_address else "this machine"
+        raise InputError(plan_file, "pools", f"plan for cluster '{plan.cluster.name}' needs {'; '.join(missing)}; "
+                         f"{where} has {found.describe()}", "a plan made for this cluster, or --emulate to run it scaled down here")
     emulated = bool(missing)
     notes: list[str] = []
     colocated = plan.execution.mode == "colocated"
@@ -134,6 +127,29 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
             ranks = _spread(ranks, EMULATE_MAX_DP)
         notes.append("emulated: GPU types are Ray custom resources; all work runs on the CPU")
     return Layout(engines, ranks, colocated, emulated, notes)
+
+
+def shortfall(plan: Plan, found: Found) -> list[str]:
+    """One phrase per GPU type the plan needs more of than the cluster has, e.g.
+    'H100 x16 (found 0) for 8 rollout + 8 train in H100@us-east'."""
+    total: dict[str, int] = {}
+    roles: dict[str, dict[str, int]] = {}
+    pools: dict[str, list[str]] = {}
+    for p in plan.pools:
+        total[p.gpu] = total.get(p.gpu, 0) + p.used_gpus
+        pools.setdefault(p.gpu, []).append(p.pool)
+        r = roles.setdefault(p.gpu, {})
+        for role, k in (("rollout", p.rollout_gpus), ("train", p.train_gpus), ("shared", p.shared_gpus)):
+            if k:
+                r[role] = r.get(role, 0) + k
+    out = []
+    for gpu, n in total.items():
+        have_name = _match(gpu, found.devices)
+        have = found.devices.get(have_name, 0) if have_name else 0
+        if have < n:
+            split = " + ".join(f"{k} {role}" for role, k in roles[gpu].items())
+            out.append(f"{gpu} x{n} (found {have}) for {split} in {', '.join(pools[gpu])}")
+    return out
 
 
 def _spread(items: list, k: int) -> list:
