@@ -2,14 +2,26 @@
 
 Every file is written atomically (`problems.atomic`: a temporary file in the same directory,
 fsynced, then renamed over the target), so a reader or an interrupted run never sees half a file.
+The files of one result must also agree with each other (front.csv, front.json and plans/
+list the same plans), so `staged` writes a whole result into a hidden directory beside the
+run directory and swaps the two in one atomic rename (Linux renameat2 RENAME_EXCHANGE; two
+renames elsewhere, where a reader may briefly find no directory). Entries the planner does
+not write (checkpoint/, a picked plan.yaml) are carried over as hard links.
 """
 
 from __future__ import annotations
 
 import csv
+import ctypes
+import errno
 import io
 import json
+import os
 import re
+import shutil
+import sys
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,6 +172,111 @@ def write_history(out: Path, rows: list[dict[str, object]]) -> None:
 
 def write_run_info(out: Path, info: dict) -> None:
     atomic_write_text(out / "run.yaml", yaml.safe_dump(info, sort_keys=False))
+
+
+# ------------------------------------------------------------------ committing a whole result
+
+STAGE_TAG = ".staging-"
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically; False where the system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    def link(s, d):
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=link)
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    for entry in old.iterdir():
+        if (new / entry.name).exists() or (new / entry.name).is_symlink() or STAGE_TAG in entry.name:
+            continue
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry), new / entry.name)
+        elif entry.is_dir():
+            _link_tree(entry, new / entry.name)
+        else:
+            try:
+                os.link(entry, new / entry.name)
+            except OSError:
+                shutil.copy2(entry, new / entry.name)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_stages(out: Path) -> None:
+    """Staging directories left by a killed run (their process is gone)."""
+    for d in out.parent.glob(f".{out.name}{STAGE_TAG}*"):
+        pid = d.name.rsplit(STAGE_TAG, 1)[1].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def staged(out: Path):
+    """Yield a directory to write a whole result into; on success it becomes `out` in one step.
+
+    When `out` is (or holds) the working directory it cannot be swapped; the files are then
+    written in place, each atomically but not all at once."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cwd = Path.cwd().resolve()
+    if cwd == out.resolve() or out.resolve() in cwd.parents:
+        yield out
+        return
+    stage = out.parent / f".{out.name}{STAGE_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    stage.mkdir()
+    try:
+        yield stage
+        _carry_over(out, stage)
+        for d in (stage / "plans", stage):
+            if d.is_dir():
+                _fsync_dir(d)
+        if not _exchange(stage, out):
+            old = out.parent / f".{out.name}{STAGE_TAG}{os.getpid()}-old"
+            os.rename(out, old)
+            os.rename(stage, out)
+            stage = old
+        _fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ reading

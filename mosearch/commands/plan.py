@@ -8,6 +8,7 @@ import sys
 
 from mosearch.decide import Limits
 from mosearch.planner import algorithms
+from mosearch.planner.checkpoint import DEFAULT_EVERY
 from mosearch.planner.search import SearchSettings
 from problems.errors import InputError
 
@@ -21,16 +22,21 @@ DEFAULT_POP = 100
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="search placement plans and write the Pareto front to a run directory")
-    p.add_argument("--cluster", required=True, help="cluster spec YAML (see problems/clusters/)")
-    p.add_argument("--workload", required=True, help="workload spec YAML (see problems/workloads/)")
-    p.add_argument("--out", required=True, help="run directory to write (created if missing)")
+    p.add_argument("--cluster", help="cluster spec YAML (see problems/clusters/)")
+    p.add_argument("--workload", help="workload spec YAML (see problems/workloads/)")
+    p.add_argument("--out", help="run directory to write (created if missing)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="go on with an interrupted run from its last checkpoint, with its own inputs and settings "
+                        "(--time: a new time limit for the rest)")
+    p.add_argument("--checkpoint-every", type=int, default=DEFAULT_EVERY, metavar="K",
+                   help=f"save the search state every K generations into RUN_DIR/checkpoint/ (default {DEFAULT_EVERY})")
     p.add_argument("--algorithm", default=algorithms.DEFAULT,
                    help=f"search algorithm (default {algorithms.DEFAULT}); baselines: nsga3, moead, rvea, agemoea2, "
                         "deap-nsga3, random")
     p.add_argument("--evals", type=int, help=f"evaluation budget (default {DEFAULT_EVALS} when --time is not given)")
     p.add_argument("--time", type=float, dest="time_s", metavar="SECONDS",
                    help="wall-time limit of the search (with --evals, whichever comes first)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, help="random seed (default 1)")
     p.add_argument("--pop-size", type=int, default=DEFAULT_POP)
     p.add_argument("--max-cost", type=float, help="budget, $/h")
     p.add_argument("--min-throughput", type=float, help="samples/s")
@@ -42,7 +48,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+RESUME_FIXED = ("cluster", "workload", "out", "evals", "seed", "max_cost", "min_throughput", "max_staleness",
+                "max_mem_frac")
+
+
+def _check_resume(args) -> None:
+    given = [n for n in RESUME_FIXED if getattr(args, n) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise InputError(None, flag, "cannot be changed when resuming", "only --resume RUN_DIR (and --time, --quiet)")
+    if args.time_s is not None and args.time_s <= 0:
+        raise InputError(None, "--time", f"got {args.time_s}", "a positive number of seconds")
+
+
 def _check(args) -> None:
+    for flag, v in (("--cluster", args.cluster), ("--workload", args.workload), ("--out", args.out)):
+        if not v:
+            raise InputError(None, flag, "missing", f"{flag} (or --resume RUN_DIR)")
     if args.evals is not None and args.evals < 1:
         raise InputError(None, "--evals", f"got {args.evals}", "a positive number of evaluations")
     if args.time_s is not None and args.time_s <= 0:
@@ -58,18 +80,27 @@ def _check(args) -> None:
         if v is not None and v < 0:
             raise InputError(None, flag, f"got {v}", "a number >= 0")
     algorithms.check_name(args.algorithm)
+    if args.checkpoint_every < 1:
+        raise InputError(None, "--checkpoint-every", f"got {args.checkpoint_every}", "1 or more generations")
 
 
 def run(args) -> int:
-    from mosearch.planner.run import plan_run
+    from mosearch.planner.run import plan_run, resume_run
     from mosearch.report.terminal import console, front_table
 
-    _check(args)
-    evals = args.evals if args.evals is not None or args.time_s is not None else DEFAULT_EVALS
-    settings = SearchSettings(algorithm=args.algorithm, evals=evals, time_s=args.time_s, seed=args.seed,
-                              pop_size=args.pop_size, jobs=args.jobs, progress=not args.quiet)
-    limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
-    outcome = plan_run(args.cluster, args.workload, args.out, settings, limits, report=not args.no_report)
+    if args.resume:
+        _check_resume(args)
+        args.out = args.resume
+        outcome = resume_run(args.resume, progress=not args.quiet, time_s=args.time_s, report=not args.no_report,
+                             checkpoint_every=args.checkpoint_every)
+    else:
+        _check(args)
+        evals = args.evals if args.evals is not None or args.time_s is not None else DEFAULT_EVALS
+        settings = SearchSettings(algorithm=args.algorithm, evals=evals, time_s=args.time_s, seed=1 if args.seed is None else args.seed,
+                                  pop_size=args.pop_size, jobs=args.jobs, progress=not args.quiet)
+        limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
+        outcome = plan_run(args.cluster, args.workload, args.out, settings, limits, report=not args.no_report,
+                           checkpoint_every=args.checkpoint_every)
     res = outcome.result
     out = console()
     knee_id = outcome.plans[outcome.knee].plan_id if outcome.knee is not None else None

@@ -50,13 +50,17 @@ def start(dirpath: Path, run: dict) -> None:
     """A fresh run: drop any older state first, so an old state never pairs with new settings."""
     dirpath.mkdir(parents=True, exist_ok=True)
     (dirpath / STATE_FILE).unlink(missing_ok=True)
-    atomic_write_text(dirpath / RUN_FILE, json.dumps({"format": FORMAT, **run}, indent=1) + "\n")
+    write_run(dirpath, run)
+
+
+def write_run(dirpath: Path, run: dict) -> None:
+    atomic_write_text(dirpath / RUN_FILE, json.dumps({**run, "format": FORMAT}, indent=1) + "\n")
 
 
 def read_run(dirpath: Path) -> dict:
     path = dirpath / RUN_FILE
     if not path.is_file():
-        raise InputError(str(dirpath.parent), None, "no checkpoint/run.json here",
+        raise InputError(str(dirpath.parent), None, "no checkpoint/run.json here (nothing to resume)",
                          "a run directory written by `mosearch plan --out DIR`")
     try:
         run = json.loads(path.read_text())
@@ -99,6 +103,8 @@ class Checkpointer:
         self.run_id = run_id
         self.every = max(1, int(every))
         self.last = 0  # batches at the last state written (or restored)
+        for tmp in self.dir.glob(".*.tmp"):  # a temporary file of a write that was killed
+            tmp.unlink(missing_ok=True)
         self.written = 0
 
     def boundary(self, batches: int, capture) -> None:
@@ -225,15 +231,3 @@ def guarded(restore, target, meta: dict, arrays: dict) -> None:
         raise InputError(None, "checkpoint/state.npz", f"does not fit this search ({err.__class__.__name__}: {err})",
                          "a state written by the same planner version for the same inputs") from None
 
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

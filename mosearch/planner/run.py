@@ -1,8 +1,13 @@
 """`mosearch plan` end to end: inputs -> problem -> seeded search -> run directory.
 
-Writes, each file atomically: front.csv, front.json, plans/<id>.yaml, baselines.csv/json
-(when the baseline planners give plans), history.csv, run.yaml, the PNG plots and
-report.html. An interrupted search still writes everything it found, marked partial.
+Writes front.csv, front.json, plans/<id>.yaml, baselines.csv/json (when the baseline
+planners give plans), history.csv, run.yaml, the PNG plots and report.html, all in one
+commit (`results.staged`): a run killed at any moment leaves the previous result or the
+new one. An interrupted search still writes everything it found, marked partial.
+
+While it searches, checkpoint/ holds the inputs and settings (run.json) and, every K
+batches, the search state (state.npz); `resume_run` goes on from there and, with the same
+seed and an evaluation budget, ends with the same front as a run never stopped.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import numpy as np
 
 from mosearch import decide, results
 from mosearch.decide import Limits
+from mosearch.planner import checkpoint as ckpt
 from mosearch.planner import seeding
 from mosearch.planner.hv import scale_for
 from mosearch.planner.search import SearchResult, SearchSettings, run_search
-from problems.errors import NoFeasiblePlan
+from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
 
 PACKAGES = ("mosearch", "numpy", "pymoo", "pydantic", "matplotlib", "plotly", "rich", "ray")
@@ -119,15 +125,74 @@ def _structural_reason(problem) -> str | None:
     return explain_infeasible(problem.cluster, problem.workload) or None
 
 
+SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish")
+
+
+def _inputs(cluster, workload, problem) -> dict:
+    return {"cluster": {"path": str(Path(cluster).resolve()), "sha256": file_sha256(cluster),
+                        "profiles": {g: {"path": str(Path(p).resolve()), "sha256": file_sha256(p)}
+                                     for g, p in problem.cluster.profiles.items()}},
+            "workload": {"path": str(Path(workload).resolve()), "sha256": file_sha256(workload)}}
+
+
+def _check_unchanged(run: dict) -> None:
+    files = [run["cluster"], run["workload"], *run["cluster"].get("profiles", {}).values()]
+    for f in files:
+        try:
+            now = file_sha256(f["path"])
+        except OSError:
+            now = None
+        if now != f["sha256"]:
+            raise InputError(f["path"], None, "missing or changed since the run started (sha256 differs)",
+                             "the spec file as it was, or a new run without --resume")
+
+
+def resume_run(out: str | Path, progress: bool = True, time_s: float | None = None, on_generation=None,
+               report: bool = True, checkpoint_every: int = ckpt.DEFAULT_EVERY) -> PlanOutcome:
+    """Go on with the run in `out` from its last checkpoint, with its own inputs and settings
+    (`time_s`: a new time limit for the rest of the search)."""
+    out = Path(out)
+    run = ckpt.read_run(out / "checkpoint")
+    if run.get("complete"):
+        raise InputError(str(out), None, "this run is complete; nothing to resume", "an interrupted run directory")
+    try:
+        _check_unchanged(run)
+        settings = SearchSettings(progress=progress, **{k: run["settings"][k] for k in SETTINGS_SAVED})
+        limits = Limits(**run["limits"])
+        run_id = str(run["run_id"])
+    except (KeyError, TypeError, AttributeError) as err:
+        raise InputError(str(out / "checkpoint" / ckpt.RUN_FILE), None, f"incomplete checkpoint ({err})",
+                         "a checkpoint written by `mosearch plan`") from None
+    if time_s is not None:
+        settings.time_s = time_s
+    state = ckpt.read_state(out / "checkpoint", run_id)
+    return plan_run(run["cluster"]["path"], run["workload"]["path"], out, settings, limits, on_generation, report,
+                    checkpoint_every, resume=(run_id, state))
+
+
 def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSettings, limits: Limits = Limits(),
-             on_generation=None, report: bool = True) -> PlanOutcome:
+             on_generation=None, report: bool = True, checkpoint_every: int = ckpt.DEFAULT_EVERY,
+             resume: tuple[str, tuple | None] | None = None) -> PlanOutcome:
     out = Path(out)
     problem = build_problem(cluster, workload, limits)
     started = _dt.datetime.now(_dt.timezone.utc)
+    out.mkdir(parents=True, exist_ok=True)
+    results.remove_stale_stages(out)
+    ck_dir = out / "checkpoint"
+    if resume is None:
+        run_id, state = ckpt.new_run_id(), None
+        saved = {k: getattr(settings, k) for k in SETTINGS_SAVED}
+        ckpt.start(ck_dir, {"run_id": run_id, **_inputs(cluster, workload, problem), "settings": saved,
+                            "limits": {"max_cost": limits.max_cost, "min_throughput": limits.min_throughput,
+                                       "max_staleness": limits.max_staleness, "max_mem_frac": limits.max_mem_frac},
+                            "started_utc": started.isoformat(timespec="seconds")})
+    else:
+        run_id, state = resume
+    checkpointer = ckpt.Checkpointer(ck_dir, run_id, checkpoint_every)
     corners = seeding.Corners(problem, seed=settings.seed)
     seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
-    result = run_search(problem, settings, seeds_X, scale, on_generation)
+    result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state)
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
 
@@ -136,11 +201,30 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     F = results.objective_matrix(plans)
     knee = decide.knee(F) if len(plans) else None
     t_write = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    results.write_front(out, plans)
+    with results.staged(out) as stage:
+        files = _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
+                              cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None)
+        # an evaluation budget used up ends the run; a time limit or an interrupt leaves it resumable
+        if not result.partial and result.stop_reason == "budget":
+            _mark_complete(out, stage)
+    return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files])
+
+
+def _mark_complete(out: Path, stage: Path) -> None:
+    """The finished run's checkpoint says so, without its state (written into the new result
+    before its commit, so the old checkpoint stays whole until then)."""
+    run = ckpt.read_run(out / "checkpoint")
+    ckpt.write_run(stage / "checkpoint", {**run, "complete": True})
+    if stage == out:
+        (out / "checkpoint" / ckpt.STATE_FILE).unlink(missing_ok=True)
+
+
+def _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
+                  cluster, workload, started, report, t_write, n_seeds, resumed) -> list[Path]:
+    results.write_front(stage, plans)
     if baselines:
-        results.write_baselines(out, baselines)
-    results.write_history(out, result.history)
+        results.write_baselines(stage, baselines)
+    results.write_history(stage, result.history)
     info = {
         "partial": bool(result.partial),
         "stop_reason": result.stop_reason,
@@ -165,9 +249,10 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         "hypervolume": result.history[-1]["hv"] if result.history else None,
         "hv_normalisation": scale.as_dict(),
         "corner_seeds": sorted(corners.picks),
-        "seeds": int(len(seeds_X)),
+        "seeds": int(n_seeds),
         "baselines": list(baselines),
         "started_utc": started.isoformat(timespec="seconds"),
+        "resumed": resumed,
         "versions": _versions(),
     }
     files = []
@@ -177,7 +262,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
                f"{settings.seed}){' - PARTIAL: search interrupted' if result.partial else ''}")
         from mosearch.report import write_report_files
 
-        files = write_report_files(out, plans, baselines, knee, result.history, title, sub)
+        files = write_report_files(stage, plans, baselines, knee, result.history, title, sub)
     info["write_wall_s"] = round(time.perf_counter() - t_write, 3)
-    results.write_run_info(out, info)
-    return PlanOutcome(out, plans, baselines, knee, result, files)
+    results.write_run_info(stage, info)
+    return files
