@@ -30,8 +30,13 @@ Deviations from the entry, and why:
   `("n_gen", G)` as G N); `max_evals=` overrides it; with neither, alpha stays 0.7.
 - Random numbers come from pymoo's per-run generator (`seed=`), not MATLAB's stream,
   so runs match the entry in distribution, not draw for draw.
-- PlatEMO's SBX also crosses each variable with probability 1/2 and swaps children
-  at random; pymoo's SBX(prob_var=0.5) does the same up to its swap rule.
+- Crossover is pymoo's SBX (Deb's bounded form: the spread depends on the distance to
+  the bounds) with prob_var=0.5; PlatEMO 1.x's EAreal, which the entry called, uses the
+  unbounded spread, a random sign per variable, and clips to the bounds after
+  mutation. Polynomial mutation is the same in both. Kept because pymoo's operator is
+  the tested, shared one; it is the most likely cause of the one instance family where
+  this implementation trails the published numbers at full budget (MaF10/WFG1, see
+  results/bench/maf.md), not verified.
 
 Extensions (each switchable, off means the entry's behaviour):
 - `constraints=True`: feasibility first (see `dsa.py`); with `False` constraint
