@@ -56,10 +56,32 @@ def random_pairs(n: int, rng: np.random.Generator) -> np.ndarray:
     return np.stack([perm[:half], perm[half : 2 * half]], axis=1)
 
 
-class Explorative:
-    """SBX + polynomial mutation on random-permutation pairs (PlatEMO EAreal defaults)."""
+def unbounded_sbx(p1: np.ndarray, p2: np.ndarray, eta: float, rng: np.random.Generator) -> np.ndarray:
+    """SBX as PlatEMO 1.x's EAreal does it: unbounded spread, random sign, half the variables crossed.
 
-    def __init__(self, eta_c: float = 20.0, eta_m: float = 20.0):
+    Returns both children stacked (2n, D); values may leave the bounds (clipped later).
+    """
+    n, d = p1.shape
+    mu = rng.random((n, d))
+    beta = np.where(mu <= 0.5, (2 * mu) ** (1 / (eta + 1)), (2 - 2 * mu) ** (-1 / (eta + 1)))
+    beta = beta * np.where(rng.random((n, d)) < 0.5, -1.0, 1.0)
+    beta[rng.random((n, d)) < 0.5] = 1.0
+    mid, half = (p1 + p2) / 2, (p1 - p2) / 2
+    return np.vstack([mid + beta * half, mid - beta * half])
+
+
+class Explorative:
+    """SBX + polynomial mutation on random-permutation pairs (PlatEMO EAreal defaults).
+
+    sbx="pymoo": pymoo's bounded SBX (prob_var=0.5); sbx="unbounded": the entry's own
+    variant (`unbounded_sbx`), children clipped into the bounds after mutation.
+    """
+
+    def __init__(self, eta_c: float = 20.0, eta_m: float = 20.0, sbx: str = "pymoo"):
+        if sbx not in ("pymoo", "unbounded"):
+            raise ValueError(f"sbx must be 'pymoo' or 'unbounded', got {sbx!r}")
+        self.sbx = sbx
+        self.eta_c = eta_c
         # prob_var=0.5: each variable is crossed with probability 1/2, as in EAreal.
         self.crossover = SBX(prob=1.0, prob_var=0.5, eta=eta_c)
         self.mutation = PM(prob=1.0, eta=eta_m)  # per-variable probability defaults to 1/D
@@ -68,5 +90,13 @@ class Explorative:
         pairs = random_pairs(len(pop), rng)
         if len(pairs) == 0:
             return Population.empty()
-        off = self.crossover.do(problem, pop, pairs, random_state=rng, algorithm=algorithm)
-        return self.mutation.do(problem, off, random_state=rng, algorithm=algorithm)
+        if self.sbx == "pymoo":
+            off = self.crossover.do(problem, pop, pairs, random_state=rng, algorithm=algorithm)
+            return self.mutation.do(problem, off, random_state=rng, algorithm=algorithm)
+        X = pop.get("X").astype(float)
+        kids = unbounded_sbx(X[pairs[:, 0]], X[pairs[:, 1]], self.eta_c, rng)
+        # pymoo's PM expects values inside the bounds; clip first, as EAreal's PM clips after.
+        kids = np.clip(kids, problem.xl, problem.xu)
+        off = self.mutation.do(problem, Population.new(X=kids), random_state=rng, algorithm=algorithm)
+        off.set("X", np.clip(off.get("X"), problem.xl, problem.xu))
+        return off
