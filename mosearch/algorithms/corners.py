@@ -10,7 +10,8 @@ competition code SelectCorner.m):
   it, kept only if it exceeds the kind-1 nadir in some objective and its objective sum
   is below 1.5 times the nadir's. Deviation: both sums are taken relative to the ideal
   point (the code uses raw objective values), so the rule does not depend on where the
-  objectives' origin lies; on problems whose ideal point is 0, like MaF, the two agree.
+  objectives' origin lies; where the ideal point is the origin (most MaF problems) the
+  two agree.
 
 Duplicated objective vectors are removed, so at most 2M corners remain.
 """

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mosearch.algorithms.operators import corner_mutation, mutation_alpha, random_pairs
+from mosearch.algorithms.operators import corner_mutation, mutation_alpha, random_pairs, unbounded_sbx
 
 
 def test_alpha_decays_to_near_zero():
@@ -44,3 +44,14 @@ def test_random_pairs_disjoint():
     pairs = random_pairs(11, np.random.default_rng(3))
     assert pairs.shape == (5, 2)
     assert len(set(pairs.ravel().tolist())) == 10
+
+
+def test_unbounded_sbx_keeps_midpoint_and_crosses_about_half():
+    rng = np.random.default_rng(4)
+    p1, p2 = rng.random((4000, 6)), rng.random((4000, 6))
+    kids = unbounded_sbx(p1, p2, 20.0, rng)
+    c1, c2 = kids[:4000], kids[4000:]
+    assert np.allclose((c1 + c2) / 2, (p1 + p2) / 2)  # children symmetric about the parents' midpoint
+    untouched = np.isclose(c1, p1) | np.isclose(c1, p2)
+    assert 0.45 <= untouched.mean() <= 0.65  # half the variables keep a parent's value (beta = +-1)
+    assert np.any(kids < 0) or np.any(kids > 1)  # unbounded: may leave the box before clipping
