@@ -1,6 +1,10 @@
 """Verifiable tasks: prompts with exact-match rewards, train and held-out sets, seeded.
 
 Built-in: `arithmetic` (a+b, a-b), `sorting` (sort a few digits), `counting` (count a letter).
+`arithmetic` draws both operands from 0-19 and orders a-b so results are non-negative: 610
+distinct prompts (482 train / 128 held-out with the defaults), answers of 1-2 digits. The range
+is what the 2-layer `tiny` model can learn in minutes on a CPU: with operands 0-49 the same
+supervised pass reaches only 0.05 held-out after 300 steps against 0.32 with 0-19.
 A user task is `jsonl:PATH` with one `{"prompt": ..., "answer": ...}` object per line (optional
 `"split": "train"|"heldout"`), plus a reward function `module:function` taking
 `(prompt, completion, answer) -> float`, imported only from the import path the user names.
@@ -37,7 +41,10 @@ class Task:
         return [float(self.reward_fn(p, c, a)) for p, c, a in zip(prompts, completions, answers)]
 
 
-def _arithmetic(rng: random.Random, hi: int = 19) -> tuple[str, str]:
+ARITHMETIC_MAX = 19  # largest operand
+
+
+def _arithmetic(rng: random.Random, hi: int = ARITHMETIC_MAX) -> tuple[str, str]:
     a, b = rng.randint(0, hi), rng.randint(0, hi)
     if rng.random() < 0.5:
         return f"{a}+{b}=", str(a + b)

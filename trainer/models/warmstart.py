@@ -1,9 +1,15 @@
 """Optional supervised warm start of a model on a task's train prompts (cached per settings).
 
 A from-scratch 2-layer model almost never samples a correct answer, so RL has no signal; a short
-supervised pass on (prompt, answer) pairs gets it to a low but non-zero accuracy in seconds, and
-RL then does the rest. Held-out prompts are never used. The result is a model directory like any
-other, cached under the model cache keyed by the settings.
+supervised pass on (prompt, answer) pairs teaches it the output format (digits, then end of
+sequence) and gets it to a low but non-zero accuracy, and RL then does the rest. Held-out prompts
+are never used. The result is a model directory like any other, cached under the model cache
+keyed by the settings.
+
+Held-out greedy reward of `tiny` on arithmetic after N steps (batch 64, lr 1e-3, seed 0; the
+step-0 evaluations of the trainer benchmark, results/bench/trainer.md): 150 -> 0.125,
+200 -> 0.133, 220 -> 0.148 (the demo default), 250 -> 0.234, 300 -> 0.32. Past ~250 steps the
+supervised pass itself starts to solve the task, so the demo stops at 220 and leaves that to RL.
 """
 
 from __future__ import annotations
