@@ -254,7 +254,7 @@ def _mark_best(samples: dict[str, np.ndarray], order: list[str]) -> dict[str, st
     for a, v in samples.items():
         sd = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
         text = f"{_fmt(means[a])} ± {_fmt(sd)}"
-        if a == best:
+        if a == best and len(rivals) > 1:
             text = f"**{text}**"
         elif a not in FLOOR and len(v) > 1 and len(samples[best]) > 1:
             if (len(v) == len(samples[best]) and np.allclose(v, samples[best])) or mannwhitneyu(v, samples[best], alternative="two-sided").pvalue > TIE_P:
