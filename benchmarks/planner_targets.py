@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mosearch.planner.hv import HVScale  # noqa: E402
+from problems.atomic import atomic_write_text  # noqa: E402
 from mosearch.results import load_run  # noqa: E402
 
 CLUSTERS = ROOT / "problems" / "clusters"
@@ -81,6 +82,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of the mixed-8 runs")
     ap.add_argument("--skip-enumeration", action="store_true")
+    ap.add_argument("--more-evals", type=int, default=240_000,
+                    help="a second, larger mixed-8 grid budget (still far below 2%% of the space)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "planner.md"))
     args = ap.parse_args()
 
@@ -130,7 +133,7 @@ def main() -> int:
                       "| seed | evaluations (seeding + search) | share of space | raw: HV ours / exact | raw ratio "
                       "| grid: HV ours / exact | grid ratio | met (grid >= 0.99, <= 2%) | wall s (raw run) |",
                       "|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-            ratios = []
+            ratios, more = [], []
             from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
 
             for seed in args.seeds:
@@ -149,9 +152,19 @@ def main() -> int:
                 lines.append(f"| {seed} | {g_evals:,} | {100 * share:.4f}% | {hv_ours:.4f} / {hv_exact:.4f} | "
                              f"{ratio:.4f} | {g_ours:.4f} / {g_exact:.4f} | {grid_ratio:.4f} | "
                              f"{'yes' if met else 'no'} | {wall:.1f} |")
+                if args.more_evals:
+                    mF, m_evals, m_scale = grid_search(ex.kv_grid, seed, args.more_evals, DEFAULT_POP)
+                    more.append((seed, m_evals, m_scale.hv(mF) / m_scale.hv(ex.front_F)))
+                    print(f"seed {seed}, {m_evals:,} evaluations: grid ratio {more[-1][2]:.4f}", flush=True)
             lines += ["", f"Grid ratio: mean {np.mean(ratios):.4f}, worst {np.min(ratios):.4f}.", ""]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+            if more:
+                lines += [f"With a budget of {args.more_evals:,} evaluations (`--evals {args.more_evals}`), the same "
+                          "grid search:", "", "| seed | evaluations | share of space | grid ratio | met |",
+                          "|---:|---:|---:|---:|---|"]
+                lines += [f"| {sd} | {ev:,} | {100 * ev / ex.n_space:.3f}% | {r:.4f} | {'yes' if r >= 0.99 else 'no'} |"
+                          for sd, ev, r in more]
+                lines.append("")
+    atomic_write_text(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
     return 0
 
