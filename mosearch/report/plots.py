@@ -86,12 +86,15 @@ def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
     span = np.where(hi - lo > 0, hi - lo, 1.0)
     N = (F - lo) / span
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    from matplotlib.collections import LineCollection
+
     order = np.argsort(F[:, 0])
-    cmap = plt.get_cmap("viridis")
-    t = N[:, 0]
     xs = np.arange(F.shape[1])
-    for i in order:
-        ax.plot(xs, N[i], color=cmap(t[i]), alpha=0.45, lw=1)
+    # one artist for every plan's polyline (one ax.plot per plan takes seconds on large fronts)
+    segments = np.stack([np.broadcast_to(xs, N.shape), N], axis=2)[order]
+    ax.add_collection(LineCollection(segments, cmap="viridis", array=N[order, 0], alpha=0.45, linewidths=1))
+    ax.set_xlim(xs[0] - 0.1, xs[-1] + 0.1)
+    ax.set_ylim(-0.05, 1.05)
     if knee is not None:
         ax.plot(xs, N[knee], color="black", lw=2.5, label="knee")
         ax.legend(fontsize=8, loc="upper right")
