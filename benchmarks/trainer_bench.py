@@ -1,29 +1,54 @@
-"""Trainer benchmark: does the demo learn, how fast is it, async vs sync (and TRL when installed).
+"""Trainer benchmark: does the demo learn, how fast is it against TRL, async vs sync.
 
-    python benchmarks/trainer_bench.py [--minutes 10] [--out results/bench]
+    python benchmarks/trainer_bench.py [--minutes 10] [--steps 20] [--out results/bench]
 
-Writes results/bench/trainer.md and trainer_reward_curve.png. Every figure is measured by this
-script on the machine it runs on (the table says which); nothing is copied in.
+1. Learning: the `mosearch demo` stages with the demo's own defaults (plan the local cluster, pick
+   the knee, train the tiny model on arithmetic), held-out reward every few steps, until the demo's
+   step count or the time budget ends. Writes trainer_reward_curve.png.
+2. Speed, in one run on the same tiny model and task: our synchronous trainer against TRL's
+   GRPOTrainer (benchmarks/trl_compare.py, a separate process) at the demo's batch shape, and our
+   async mode (k=2) against sync at a shape where rollout and training take comparable time.
+
+Writes results/bench/trainer.md. Every figure is measured by this script on the machine it runs
+on; the load average is read before and after each part because the machine may be shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 PLAN = ROOT / "tests" / "trainer" / "data" / "local_plan.yaml"
-# The demo defaults: what `mosearch demo` trains (tiny model, arithmetic, short supervised warm start).
-DEMO = dict(model="tiny", task="arithmetic", prompts_per_step=32, group_size=8, max_new_tokens=4,
-            warm_start_steps=150, lr=2e-4, eval_every=10, eval_size=128, checkpoint_every=0)
 
 
-def _plan(tmp: Path, mode: str, k: int, chunks: int) -> Path:
+def demo_defaults() -> dict:
+    """The defaults `mosearch demo` trains with, read from its parser so they cannot drift."""
+    import argparse as ap
+
+    from mosearch.commands import demo
+
+    sub = ap.ArgumentParser().add_subparsers()
+    demo.add_parser(sub)
+    args = sub.choices["demo"].parse_args([])
+    return vars(args)
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _fixed_plan(tmp: Path, mode: str, k: int, chunks: int) -> Path:
     data = yaml.safe_load(PLAN.read_text())
     data["execution"] = {"mode": mode, "staleness_bound": k, "pipeline_chunks": chunks}
     data["plan_id"] = f"bench-{mode}-k{k}-c{chunks}"
@@ -32,74 +57,117 @@ def _plan(tmp: Path, mode: str, k: int, chunks: int) -> Path:
     return path
 
 
-def _rows(out: Path) -> list[dict]:
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+def _train_cfg(d: dict) -> dict:
+    return dict(model="tiny", task="arithmetic", prompts_per_step=d["prompts_per_step"], group_size=d["group_size"],
+                max_new_tokens=d["max_new_tokens"], warm_start_steps=d["warm_start_steps"], lr=d["lr"],
+                temperature=d["temperature"], seed=d["seed"])
 
 
-def learning_curve(tmp: Path, minutes: float) -> dict:
-    """Train with the demo defaults until the time budget is spent; held-out reward every eval."""
+def demo_plan(tmp: Path, d: dict) -> Path:
+    """Stages 1-2 of the demo: search the local cluster's front and pick its knee."""
+    from mosearch.cli import main
+
+    front, plan = tmp / "front", tmp / "plan.yaml"
+    if main(["plan", "--cluster", d["cluster"], "--workload", d["workload"], "--out", str(front),
+             "--evals", str(d["evals"]), "--seed", str(d["seed"])]):
+        raise SystemExit("demo plan stage failed")
+    if main(["pick", str(front), "--knee", "--out", str(plan)]):
+        raise SystemExit("demo pick stage failed")
+    return plan
+
+
+def learning_curve(tmp: Path, plan: Path, d: dict, minutes: float, eval_every: int) -> dict:
+    """Stage 3 of the demo with its defaults; stops at the demo's step count or the time budget."""
     from trainer.driver import Driver, RunConfig
 
     out = tmp / "curve"
-    cfg = RunConfig(plan=str(_plan(tmp, "disaggregated", 0, 2)), out=str(out), steps=100_000, progress=False, **DEMO)
-    d = Driver(cfg)
+    cfg = RunConfig(plan=str(plan), out=str(out), steps=d["steps"], progress=False, eval_every=eval_every,
+                    eval_size=128, checkpoint_every=0, **_train_cfg(d))
     t0 = time.time()
-    d.setup()
-    # stop at the first step boundary after the budget: the loop reads cfg.steps each step
-    import threading
+    drv = Driver(cfg)
+    drv.setup()
+    t_ready = time.time()
 
-    def stopper():
-        while d.status != "finished" and time.time() - t0 < minutes * 60:
+    def stopper():  # the loop reads cfg.steps every step: end at the first step boundary after the budget
+        while drv.status != "finished" and time.time() - t_ready < minutes * 60:
             time.sleep(1)
-        cfg.steps = min(cfg.steps, d.step + 1)
+        cfg.steps = min(cfg.steps, drv.step + 1)
 
     threading.Thread(target=stopper, daemon=True).start()
     try:
-        d.fit()
+        drv.fit()
     finally:
-        d.shutdown()
-    rows = _rows(out)
-    t_start = t0
+        drv.shutdown()
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     curve, elapsed = [], 0.0
     for r in rows:
         if "time" in r:
-            elapsed += r["time"]["wall"]
+            elapsed += r["time"]["wall"]  # includes evaluation: the wall clock a user waits
         if "reward_heldout" in r:
-            curve.append((r["step"], elapsed, r["reward_heldout"]))
-    return {"curve": curve, "wall_s": time.time() - t_start, "steps": d.step}
+            curve.append((r["step"], elapsed, r["reward_heldout"], r.get("reward_train")))
+    return {"curve": curve, "setup_s": t_ready - t0, "rl_s": time.time() - t_ready, "steps": drv.step,
+            "mode": drv.mode, "plan_id": drv.plan.plan_id}
 
 
-def throughput(tmp: Path, mode: str, k: int, chunks: int, steps: int) -> dict:
+def throughput(tmp: Path, mode: str, k: int, chunks: int, steps: int, shape: dict) -> dict:
     from trainer.driver import RunConfig, run
 
-    out = tmp / f"tp-{mode}-{k}-{chunks}"
-    cfg = RunConfig(plan=str(_plan(tmp, mode, k, chunks)), out=str(out), steps=steps, progress=False,
-                    **(DEMO | {"eval_every": 0, "warm_start_steps": DEMO["warm_start_steps"]}))
-    s = run(cfg)
-    return s["measured"]
+    out = tmp / f"tp-{mode}-{k}-{chunks}-{shape['group_size']}"
+    cfg = RunConfig(plan=str(_fixed_plan(tmp, mode, k, chunks)), out=str(out), steps=steps, progress=False,
+                    eval_every=0, checkpoint_every=0, **shape)
+    return run(cfg, log=lambda m: None)["measured"] | {"load": _load()}
 
 
-def plot(curve: list, path: Path) -> None:
+def trl(tmp: Path, steps: int, shape: dict, use_vllm: bool) -> dict:
+    """TRL's GRPOTrainer in its own process (it must not share our Ray session or vLLM engine)."""
+    out = tmp / f"trl-{'vllm' if use_vllm else 'hf'}.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_compare.py"), "--steps", str(steps), "--json", str(out),
+           "--prompts-per-step", str(shape["prompts_per_step"]), "--group-size", str(shape["group_size"]),
+           "--max-new-tokens", str(shape["max_new_tokens"]), "--lr", str(shape["lr"]),
+           "--temperature", str(shape["temperature"]), "--warm-start-steps", str(shape["warm_start_steps"])]
+    if use_vllm:
+        cmd.append("--vllm")
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if p.returncode or not out.is_file():
+        lines = p.stderr.strip().splitlines() or ["no output"]
+        last = next((x for x in reversed(lines) if "Error" in x), lines[-1])  # the exception, not a progress bar
+        return {"error": last.strip()[:300].replace("|", "/")}
+    return json.loads(out.read_text()) | {"load": _load()}
+
+
+def plot(curve: list, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([c[1] / 60 for c in curve], [c[2] for c in curve], marker="o")
-    ax.set_xlabel("training wall time (min, evaluation excluded)")
-    ax.set_ylabel("held-out exact-match reward")
-    ax.set_title("tiny model, arithmetic, GRPO (vLLM rollouts on Ray, CPU)")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot([c[1] / 60 for c in curve], [c[2] for c in curve], marker="o", ms=3, label="held-out (greedy)")
+    ax.plot([c[1] / 60 for c in curve[1:]], [c[3] for c in curve[1:]], alpha=0.6, label="train batch (sampled)")
+    ax.set_xlabel("RL wall time (min, after the warm start and set-up)")
+    ax.set_ylabel("exact-match reward")
+    ax.set_title(title, fontsize=9)
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
+def _row(name: str, m: dict) -> str:
+    return (f"| {name} | {m['throughput_samples_s']:.1f} | {m['throughput_tokens_s']:.0f} | {m['step_s']:.3f} | "
+            f"{m['rollout_s']:.3f} | {m['train_s']:.3f} | {m['staleness']:.2f} | {m['load']} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--steps", type=int, default=30, help="steps per throughput run")
+    ap.add_argument("--minutes", type=float, default=10.0, help="time budget of the RL phase of the learning run")
+    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=20, help="steps per throughput run")
+    ap.add_argument("--async-group", type=int, default=16, help="group size of the async vs sync runs")
+    ap.add_argument("--skip-curve", action="store_true", help="speed runs only (keeps the curve section out)")
+    ap.add_argument("--curve-plan", choices=["knee", "fixed"], default="knee",
+                    help="knee: the plan the demo picks; fixed: 1 engine + 1 rank, disaggregated, micro-batch 16")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-trainer"))
     args = ap.parse_args()
@@ -107,45 +175,66 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
+    d = demo_defaults()
+    shape = _train_cfg(d)
+    cmd = "python benchmarks/trainer_bench.py " + " ".join(a for a in sys.argv[1:])
+    lines = ["# Trainer benchmark", "",
+             f"Measured by `{cmd.strip()}` on {platform.machine()} CPU, {os.cpu_count()} cores shared with other jobs, "
+             "no GPU; Ray local, vLLM CPU build, fp32. Load average (1/5/15 min) is noted per part: speeds are noisy.",
+             "", "Demo defaults (`mosearch demo`, read from its parser): "
+             + ", ".join(f"{k}={d[k]}" for k in ("steps", "warm_start_steps", "lr", "prompts_per_step", "group_size",
+                                                   "max_new_tokens", "temperature")) + "; task arithmetic "
+             "(a+b or a-b, operands 0-19, non-negative results; 482 train / 128 held-out distinct prompts).", ""]
 
-    lc = learning_curve(tmp, args.minutes)
-    plot(lc["curve"], outdir / "trainer_reward_curve.png")
-    sync = throughput(tmp, "disaggregated", 0, 1, args.steps)
-    asyn = throughput(tmp, "async", 2, 1, args.steps)
-    try:
-        import trl  # noqa: F401
+    if not args.skip_curve:
+        load0 = _load()
+        plan = demo_plan(tmp, d) if args.curve_plan == "knee" else _fixed_plan(tmp, "disaggregated", 0, 2)
+        lc = learning_curve(tmp, plan, d, args.minutes, args.eval_every)
+        title = (f"tiny model, arithmetic, GRPO ({lc['mode']}, {args.curve_plan} plan); warm start {d['warm_start_steps']} "
+                 f"steps, lr {d['lr']:g}, {d['prompts_per_step']}x{d['group_size']}")
+        plot(lc["curve"], outdir / "trainer_reward_curve.png", title)
+        first, last = lc["curve"][0][2], lc["curve"][-1][2]
+        best = max(c[2] for c in lc["curve"])
+        hit = next((c for c in lc["curve"] if c[2] >= 0.6), None)
+        lines += ["## 1. Does the demo learn? Held-out reward (greedy, 128 held-out prompts)", "",
+                  f"Plan: `{lc['plan_id']}` (mode {lc['mode']}; {args.curve_plan}). Set-up (Ray, engines, warm start) "
+                  f"{lc['setup_s']:.0f} s; RL {lc['rl_s'] / 60:.1f} min for {lc['steps']} steps. Load {load0} -> {_load()}.",
+                  "", "| step | RL wall (min) | held-out reward | train batch reward |", "|---:|---:|---:|---:|"]
+        lines += [f"| {s} | {t / 60:.2f} | {r:.3f} | {'-' if tr is None else f'{tr:.3f}'} |" for s, t, r, tr in lc["curve"]]
+        lines += ["", f"Held-out reward {first:.3f} at step 0 (after the warm start, before RL) -> {last:.3f} at the "
+                  f"end (best {best:.3f}); first >= 0.6 "
+                  + (f"at step {hit[0]}, {hit[1] / 60:.1f} min of RL." if hit else "not reached.")
+                  + " Curve: `trainer_reward_curve.png`.", ""]
 
-        trl_note = "TRL is installed but the side-by-side run is not implemented yet"
-    except ImportError:
-        trl_note = "not measured: TRL is not installed in this environment (`pip install -e .[compare]`)"
+    # ours vs TRL: the demo's batch shape; the sync mode is the fair match for TRL's synchronous loop
+    ours = throughput(tmp, "disaggregated", 0, 1, args.steps, shape)
+    trl_hf = trl(tmp, args.steps, shape, use_vllm=False)
+    trl_vllm = trl(tmp, args.steps, shape, use_vllm=True)
+    # async vs sync: a larger group makes rollout and training comparable per step
+    big = shape | {"group_size": args.async_group}
+    sync = ours if big == shape else throughput(tmp, "disaggregated", 0, 1, args.steps, big)
+    asyn = throughput(tmp, "async", 2, 1, args.steps, big)
 
-    lines = [
-        "# Trainer benchmark",
-        "",
-        f"Measured by `python benchmarks/trainer_bench.py --minutes {args.minutes:g} --steps {args.steps}` on "
-        f"{platform.machine()} CPU ({platform.processor() or 'unknown'}), no GPU; Ray local, vLLM CPU build, fp32.",
-        "The machine was shared with other jobs, so absolute speeds are noisy.",
-        "",
-        "Demo defaults: " + ", ".join(f"{k}={v}" for k, v in DEMO.items()) + "; plan: 1 rollout engine + 1 training rank "
-        "(disaggregated, 2 pipeline chunks).",
-        "",
-        "## Held-out reward (greedy, 128 held-out prompts)",
-        "",
-        "| step | train wall (min) | held-out reward |",
-        "|---:|---:|---:|",
-    ]
-    lines += [f"| {s} | {t / 60:.2f} | {r:.3f} |" for s, t, r in lc["curve"]]
-    first, last = lc["curve"][0][2], lc["curve"][-1][2]
-    lines += ["", f"From {first:.3f} to {last:.3f} in {lc['steps']} steps ({lc['wall_s'] / 60:.1f} min including "
-                  "set-up, warm start and evaluation). Curve: `trainer_reward_curve.png`.", "",
-              f"## Throughput, {args.steps} steps each (first step excluded as warm-up)", "",
-              "| run | samples/s | tokens/s (prompt+gen) | gen tokens/s | step s | rollout s | train s | staleness |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, m in (("ours, disaggregated sync", sync), ("ours, async k=2", asyn)):
-        lines.append(f"| {name} | {m['throughput_samples_s']:.1f} | {m['throughput_tokens_s']:.0f} | {m['gen_tokens_s']:.0f} | "
-                     f"{m['step_s']:.3f} | {m['rollout_s']:.3f} | {m['train_s']:.3f} | {m['staleness']:.2f} |")
-    lines += ["", f"Async k=2 / sync samples/s: {asyn['throughput_samples_s'] / sync['throughput_samples_s']:.2f}x.", "",
-              f"TRL GRPOTrainer: {trl_note}.", ""]
+    head = ["| run | samples/s | tokens/s (prompt+gen) | step s | rollout s | train s | staleness | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [f"## 2. Ours vs TRL GRPOTrainer ({args.steps} steps each, first step excluded as warm-up)", "",
+              f"Same tiny model (same warm start), task, batch {shape['prompts_per_step']} prompts x "
+              f"{shape['group_size']}, max {shape['max_new_tokens']} new tokens, temperature {shape['temperature']}, "
+              f"lr {shape['lr']:g}, GRPO loss, no KL.", ""] + head + [_row("ours, disaggregated sync (1 engine + 1 rank)", ours)]
+    for name, t in (("TRL GRPOTrainer, transformers generate", trl_hf), ("TRL GRPOTrainer, vLLM colocate", trl_vllm)):
+        if "error" in t:
+            lines.append(f"| {name} | failed: {t['error']} | | | | | | |")
+        else:
+            lines.append(f"| {name} (TRL {t['trl_version']}, {t['threads']} threads) | {t['samples_s']:.1f} | "
+                         f"{t['tokens_s']:.0f} | {t['step_s']:.3f} | - | - | 0 | {t['load']} |")
+    ok = [t for t in (trl_hf, trl_vllm) if "error" not in t]
+    if ok:
+        best_trl = max(ok, key=lambda t: t["tokens_s"])
+        lines += ["", f"Ours / best TRL tokens/s: {ours['throughput_tokens_s'] / best_trl['tokens_s']:.2f}x "
+                  f"(TRL with {best_trl['generation']})."]
+    lines += ["", f"## 3. Async (k=2) vs sync, group size {args.async_group} ({args.steps} steps each)", ""] + head
+    lines += [_row("ours, disaggregated sync", sync), _row("ours, async k=2", asyn)]
+    lines += ["", f"Async k=2 / sync samples/s: {asyn['throughput_samples_s'] / sync['throughput_samples_s']:.2f}x.", ""]
     (outdir / "trainer.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
