@@ -222,6 +222,11 @@ def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str]
         if seeds_seen:
             lines.append(f"Equal-budget runs per cell: {', '.join(map(str, sorted(seeds_seen)))}.")
             lines.append("")
+        no_full = [p for p in problems if not any(r["problem"] == p and r["m"] == m and r["evals"] == "full" for r in runs.values())]
+        if no_full:
+            lines.append(f"Not measured at full budget: {', '.join(no_full)}; "
+                         f"`mosearch bench algorithms --m {m} --algorithms maoea-cs --problems none --full-problems {','.join(no_full)}`.")
+            lines.append("")
         missing = [p for p in problems if not any(r["problem"] == p and r["m"] == m and r["evals"] == evals for r in runs.values())]
         if missing:
             lines.append(f"Not measured at equal budget (ran out of session time): {', '.join(missing)}; "
