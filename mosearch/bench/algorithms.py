@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 from pymoo.indicators.igd import IGD
-from scipy.stats import mannwhitneyu
 
 from mosearch.algorithms.baselines import REGISTRY
 from problems.atomic import atomic_write_text
@@ -250,6 +249,8 @@ FLOOR = {"random"}  # reference points, not competitors: never marked best
 
 
 def _mark_best(samples: dict[str, np.ndarray], order: list[str]) -> dict[str, str]:
+    from scipy.stats import mannwhitneyu  # scipy.stats takes ~1 s to import: only when ranking
+
     if not samples:
         return {}
     means = {a: float(np.mean(v)) for a, v in samples.items()}
