@@ -119,12 +119,16 @@ def measure(which: str, cache: Path, runs: dict, log, append) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_clusters(Path(tmp), series)
         for name, _, _ in series:
-            k = (KIND, name, None, None, DEFAULT_SEARCH["evals"])
-            if k not in runs and log is not None:
+            # a row's "evals" is what the search did; "budget" is what it was given
+            def cached():
+                return next((r for r in reversed(list(runs.values())) if r.get("kind") == KIND and r["scenario"] == name
+                             and r.get("budget", DEFAULT_SEARCH["evals"]) == DEFAULT_SEARCH["evals"]), None)
+
+            if cached() is None and log is not None:
                 r = measure_one(name, paths[name])
-                append(cache, runs, {"kind": KIND, "scenario": name, "evals": DEFAULT_SEARCH["evals"], **r})
+                append(cache, runs, {"kind": KIND, "scenario": name, "budget": DEFAULT_SEARCH["evals"], **r})
                 log(f"scale {name}: {r['gpus']} GPUs, {r['pools']} pools, {r['search_s']:.1f} s ({r['cpu_s']:.1f} s CPU), "
                     f"{r['rate_10k']:,.0f} plans/s")
-            if k in runs:
-                rows.append(runs[k])
+            if cached() is not None:
+                rows.append(cached())
     return rows
