@@ -51,7 +51,15 @@ def local_device_type() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    # One local device is one core: Ray gives each trainer actor num_cpus=1 and one OpenMP thread,
+    # so the profile measures the same way (and is not skewed by threads spinning on a busy machine).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch  # heavy imports stay out of `mosearch --help`
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)
 
     from mosearch.profile import measure
     from trainer.models.tiny import resolve_model
