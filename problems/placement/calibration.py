@@ -35,6 +35,9 @@ class Fitted(BaseModel):
     sync_gbs: float = Field(gt=0, description="weight-sync bandwidth into the rollout engine")
     sync_overhead_s: float = Field(ge=0)
     switch_s: float = Field(ge=0, description="colocated context switch, both directions")
+    # fitted from measured trainer runs (benchmarks/predictor_accuracy.py), not micro-benchmarks
+    rollout_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per rollout call")
+    train_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per training step")
 
 
 class Profile(BaseModel):

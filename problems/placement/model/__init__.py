@@ -31,6 +31,11 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     chunks = np.where(colo, 1, f["pipeline_chunks"]).astype(float)
     ro = rollout_times(ctx, f)
     tr = train_times(ctx, f, chunks)
+    # orchestration overheads (0 unless calibrated from runs): one rollout call per chunk
+    call = chunks * e["rollout_call_s"].max()
+    for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
+        ro[key] = ro[key] + call
+    tr["train_s"] = tr["train_s"] + e["train_call_s"].max()
     engines = ro["engines"]
     train_gpus = f["train_gpus"] + f["shared_gpus"]
     roll_gpus = f["rollout_gpus"] + f["shared_gpus"]

@@ -20,6 +20,10 @@ DEFAULTS = {
     # fixed time per training micro-batch per pipeline stage (launch, sync, data); fitted in the
     # validation (benchmarks/model_validation.py) as a per-layer floor; 0 by default
     "microbatch_s": 0.0,
+    # fixed orchestration time per rollout call (engine call + driver round trip) and per training
+    # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
+    "rollout_call_s": 0.0,
+    "train_call_s": 0.0,
     # CUDA context + NCCL buffers + library workspaces per GPU. Sailor counts ~5 GB of fixed
     # overhead including the allocator (systems.md); the allocator is modelled separately here.
     "runtime_gb": 2.0,
