@@ -93,3 +93,17 @@ def test_profile_of_another_device_is_refused(tmp_path):
     write_profile(tmp_path, device_type="H100")
     with pytest.raises(InputError, match="profiles.cpu-local: .*profiles 'H100', not 'cpu-local'"):
         load_cluster(cluster_with_profile(tmp_path))
+
+
+def test_run_overheads_add_per_call_and_per_step(repo_root):
+    cluster = repo_root / "problems" / "clusters" / "local.yaml"
+    workload = repo_root / "problems" / "workloads" / "tiny-grpo.yaml"
+    plain = PlacementProblem.from_files(cluster, workload)
+    slow = PlacementProblem(plain.cluster, plain.workload,
+                            efficiencies={"cpu-local": {"rollout_call_s": 0.1, "train_call_s": 0.05}})
+    X = plain.repair()._do(plain, np.random.default_rng(1).uniform(plain.xl, plain.xu, (300, plain.n_var)))
+    a, b = plain.evaluate_matrix(X), slow.evaluate_matrix(X)
+    chunks = np.where(X[:, plain.layout.g("mode")] == 0, 1, 2 ** X[:, plain.layout.g("log2_pipeline_chunks")])
+    assert np.allclose(b["rollout_s"] - a["rollout_s"], 0.1 * chunks)
+    assert np.allclose(b["train_s"] - a["train_s"], 0.05)
+    assert np.all(b["step_s"] >= a["step_s"])
