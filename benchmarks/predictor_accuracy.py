@@ -174,7 +174,7 @@ def main() -> int:
         f"`tiny-grpo`; each plan trained {args.steps} steps by `mosearch train` (vLLM CPU build rollouts, PyTorch/gloo "
         "training, Ray); measured = steady-state mean over steps 2..N from the run's summary.json. "
         f"Load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (2 cores shared with other work). "
-        (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs (--analyse-only)."),
+        + (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs (--analyse-only)."),
         "",
         "Two stages of calibration: **profile only** (micro-benchmarks of the device: matmul, bandwidth, "
         "training steps, vLLM prefill/decode) and **profile + runs**, which adds two orchestration "
