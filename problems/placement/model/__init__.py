@@ -19,7 +19,7 @@ from problems.placement.model.memory import (
 from problems.placement.model.params import ModelContext, build_context
 from problems.placement.model.rollout import rollout_times
 from problems.placement.model.training import train_times
-from problems.placement.model.reduce import pany, pargmax, pmax, psum
+from problems.placement.model.reduce import over_region_pairs, pargmax, pmax, psum
 
 __all__ = ["ModelContext", "build_context", "evaluate"]
 
@@ -124,11 +124,4 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
 
 def _max_cross_egress(ctx: ModelContext, used) -> np.ndarray:
     """Dearest $/byte between two regions the plan trains in (0 in one region)."""
-    out = np.zeros(used.shape[0])
-    regs = np.unique(ctx.region)
-    for i in regs:
-        for j in regs:
-            if i < j:
-                both = pany(used & (ctx.region == i)) & pany(used & (ctx.region == j))
-                out = np.where(both, np.maximum(out, ctx.region_egress[i, j]), out)
-    return out
+    return over_region_pairs(ctx.region, used, ctx.region_egress, np.maximum, 0.0)

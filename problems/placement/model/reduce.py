@@ -51,3 +51,17 @@ def pargmax(a):
         idx[better] = j
         np.maximum(best, a[:, j], out=best)
     return idx
+
+
+def over_region_pairs(region, used, matrix, combine, start: float):
+    """Per plan, `combine` (np.minimum / np.maximum) of matrix[i, j] over the pairs of different
+    regions i < j that both hold a used pool; `start` where the plan spans one region.
+    region: (P,) region index per pool; used: (N, P) bool; matrix: (R, R)."""
+    out = np.full(used.shape[0], start)
+    regs = np.unique(region)
+    for i in regs:
+        for j in regs:
+            if i < j:
+                both = pany(used & (region == i)) & pany(used & (region == j))
+                out = np.where(both, combine(out, matrix[i, j]), out)
+    return out

@@ -21,7 +21,7 @@ from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
 from problems.placement.model.memory import SHARD_FSDP, SHARD_NONE, SHARD_Z3, state_bytes_per_param, stage_params
 from problems.placement.model.params import ModelContext
 from problems.placement.model.rollout import attn_flops_per_token
-from problems.placement.model.reduce import pany, pmax, pmin, psum
+from problems.placement.model.reduce import over_region_pairs, pany, pmax, pmin, psum
 
 
 def pass_counts(ctx: ModelContext, recompute):
@@ -121,11 +121,4 @@ def _regions_used(ctx: ModelContext, used) -> np.ndarray:
 
 def _slowest_cross(ctx: ModelContext, used) -> np.ndarray:
     """Slowest link between any two regions the plan trains in (inf when one region)."""
-    bw = np.full(used.shape[0], np.inf)
-    regs = np.unique(ctx.region)
-    for i in regs:
-        for j in regs:
-            if i < j:
-                both = pany(used & (ctx.region == i)) & pany(used & (ctx.region == j))
-                bw = np.where(both, np.minimum(bw, ctx.region_bw[i, j]), bw)
-    return bw
+    return over_region_pairs(ctx.region, used, ctx.region_bw, np.minimum, np.inf)
