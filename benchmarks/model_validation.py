@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from problems.placement.model.comm import ring_allreduce_s  # noqa: E402
 from problems.placement.model.rollout import attn_decode_op_s, attn_prefill_op_s, linear_op_s  # noqa: E402
-from problems.placement.model.training import layer_fwd_flops  # noqa: E402
+from problems.placement.model.training import layer_elementwise_bytes, layer_fwd_flops  # noqa: E402
 
 DATA = ROOT / "problems/placement/data/measured"
 GPUS = yaml.safe_load((DATA / "gpus.yaml").read_text())["gpus"]
@@ -47,17 +47,35 @@ def _pct(a):
 
 # ---------------------------------------------------------------- training
 def _layer_params(h, ffn, gated):
-    attn = 4 * h * h + 4 * h  # q, k, v, o with biases (Megatron layers have biases)
-    mlp = (3 if gated else 2) * h * ffn + ffn + h
-    return attn + mlp + 4 * h  # two layer norms
+    """Matmul weights of one layer (q, k, v, o and the MLP; MHA in every measured model)."""
+    return 4 * h * h + (3 if gated else 2) * h * ffn
+
+
+# fp32 rows whose matmuls ran on the CUDA cores although the GPU has TF32: Sailor's A100-40 rows of
+# unclear provenance (OPT-30B, Llama-3-8B) take 4.9x the time the TF32 peak predicts at the
+# efficiency of the same GPU's other rows, about the TF32/FP32 peak ratio (156/19.5 = 8) times
+# that efficiency; a run with TF32 matmuls disabled (PyTorch's default since 1.12) explains it.
+NO_TF32 = {("sailor", "A100-40", "rounded")}
+
+
+def peak_tflops(row):
+    """The peak a row's matmuls run against. fp16: tensor FP16 with FP32 accumulate (what PyTorch's
+    half GEMMs use). fp32: TF32 tensor where the part has it (the Aceso fp32 GEMMs on A100 reach
+    ~120 TFLOP/s, above the 19.5 FP32 peak, so TF32 was on), else the CUDA-core FP32 peak."""
+    g = GPUS[row["gpu"]]
+    if row["dtype"] == "fp16":
+        return g["fp16"]
+    if (row["src"], row["gpu"], row["flag"]) in NO_TF32:
+        return g["fp32"]
+    return g["tf32"] or g["fp32"]
 
 
 def training_rows():
     rows = []
     for r in csv.DictReader(open(DATA / "training_layers.csv")):
         gated = r["mlp"].lower().startswith("swiglu")
-        rows.append(dict(src="sailor", gpu=r["gpu"], model=r["model"].split(" (")[0], dtype="fp32",
-                         h=int(r["hidden"]), heads=int(r["heads"]), ffn=int(r["ffn"]), gated=gated,
+        rows.append(dict(src="sailor", gpu=r["gpu"], model=r["model"].split(" (")[0].split("-like")[0],
+                         dtype="fp32", h=int(r["hidden"]), heads=int(r["heads"]), ffn=int(r["ffn"]), gated=gated,
                          s=int(r["seq_len"]), b=int(r["micro_batch"]), tp=int(r["tp"]),
                          y=float(r["transformer_layer_fwd_ms"]) + float(r["transformer_layer_bwd_ms"]),
                          flag=r["quality_flag"].split("_")[0]))
@@ -69,66 +87,83 @@ def training_rows():
     return rows
 
 
+# Matmul work per layer as multiples of the forward's: forward, input grads, weight grads (3).
+# Aceso's per-op backward times of the four linear layers equal their forward times (median
+# ratio printed by --explain), i.e. its profiler times one backward GEMM per linear layer, so its
+# rows count 2; its attention-core backward (two GEMMs per forward GEMM, no weights) counts 3.
+LINEAR_PASSES = {"sailor": 3.0, "aceso": 2.0}
+ATTN_PASSES = 3.0
+
+
 def training_features(rows):
-    """Per row, ms at unit coefficients: compute at the fp16 tensor peak; traffic of the attention
-    score tensors (b*heads/tp*s^2 elements, materialised by Megatron's unfused attention: flash
-    attention, which the placement model assumes, never writes them); traffic of the layer's
-    activations (b*s*(h + ffn/tp) elements: norms, bias, activation, dropout); and the TP
-    all-reduces (k, not fitted)."""
-    X, k = [], []
+    """Per row, ms at unit efficiencies: (matmul FLOPs / tp / dtype peak, element-wise HBM bytes /
+    bandwidth, the four TP all-reduces over the datasheet link). Megatron's attention computes and
+    stores the full s x s score matrix (no flash attention in either profiler), so its FLOPs use the
+    full context and its score traffic is counted; fp32 rows run the unfused softmax."""
+    X = []
     for r in rows:
         g = GPUS[r["gpu"]]
         by = 4 if r["dtype"] == "fp32" else 2
-        bw = g["bandwidth_tbs"] * 1e12
-        fwd = layer_fwd_flops(_layer_params(r["h"], r["ffn"], r["gated"]), r["h"], r["s"], r["b"], r["s"])
-        compute = 3 * fwd / (r["tp"] * g["fp16"] * 1e12) * 1e3
-        scores = r["b"] * r["heads"] / r["tp"] * r["s"] ** 2 * by / bw * 1e3
-        acts = r["b"] * r["s"] * (r["h"] + r["ffn"] / r["tp"]) * by / bw * 1e3
-        X.append((compute, scores, acts))
-        nbytes = r["b"] * r["s"] * r["h"] * by
-        k.append(4 * float(ring_allreduce_s(nbytes, r["tp"], g["intra_gbs"] * 1e9, 10e-6)) * 1e3)
-    return np.array(X), np.array(k)
+        tok = r["b"] * r["s"]
+        lin = layer_fwd_flops(_layer_params(r["h"], r["ffn"], r["gated"]), r["h"], r["s"], r["b"], 0)
+        att = layer_fwd_flops(0, r["h"], r["s"], r["b"], r["s"])
+        flops = (LINEAR_PASSES[r["src"]] * lin + ATTN_PASSES * att) / r["tp"]
+        compute = flops / (peak_tflops(r) * 1e12) * 1e3
+        fwd_b, bwd_b = layer_elementwise_bytes(tok, r["h"], r["ffn"] / r["tp"], by, gated=r["gated"],
+                                               score_elems=r["b"] * r["heads"] / r["tp"] * r["s"] ** 2,
+                                               fused_softmax=r["dtype"] != "fp32")
+        memory = (fwd_b + bwd_b) / (g["bandwidth_tbs"] * 1e12) * 1e3
+        # Megatron TP: two all-reduces of the layer's activations forward, two backward; both
+        # profilers' times contain them (Aceso's row-parallel forward ops grow with tp)
+        comm = 4 * float(ring_allreduce_s(tok * r["h"] * by, r["tp"], g["intra_gbs"] * 1e9, 10e-6)) * 1e3
+        X.append((compute, memory, comm))
+    return np.array(X)
 
 
-def fit_linear(X, k, y):
-    """Non-negative least squares on relative error: sum_j coef_j X_j + c + k ~ y.
-    Returns (coefs, c): coefs[0] = 1/eff of the fp16 peak, coefs[1:] = effective passes over memory."""
-    from scipy.optimize import nnls
+def fit_training(X, y):
+    """Bounded linear least squares on relative error: y ~ X @ (1/eff_c, 1/eff_m, 1/eff_link) + c,
+    each efficiency in (0, 1] (inverse >= 1; at most 1e3 for a link no row exercises) and c >= 0."""
+    from scipy.optimize import lsq_linear
 
     A = np.column_stack([X / y[:, None], 1 / y])
-    sol, _ = nnls(A, 1 - k / y)
-    return sol[:-1], sol[-1]
+    used = X.max(axis=0) > 0
+    hi = np.array([1e3 if u else 1.0 + 1e-9 for u in used] + [np.inf])
+    sol = lsq_linear(A, np.ones(len(y)), bounds=(np.array([1.0, 1.0, 1.0, 0.0]), hi)).x
+    return sol
 
 
-def _predict(X, k, coefs, c):
-    return X @ coefs + c + k
+def _predict(X, sol):
+    return X @ sol[:3] + sol[3]
+
+
+def _params_str(sol):
+    return (f"eff_c={1 / sol[0]:.2f}, eff_m={1 / sol[1]:.2f}, eff_link={1 / sol[2]:.2f}, c={sol[3]:.2f} ms")
 
 
 def validate_training():
     rows = training_rows()
-    X, k = training_features(rows)
+    X = training_features(rows)
     y = np.array([r["y"] for r in rows])
-    groups = defaultdict(list)
-    for i, r in enumerate(rows):
-        groups[(r["src"], r["gpu"], r["dtype"])].append(i)
     out = []
-    for (src, gpu, dtype), idx in sorted(groups.items()):
-        idx = np.array(idx)
-        models = sorted({rows[i]["model"] for i in idx})
-        coefs, c = fit_linear(X[idx], k[idx], y[idx])
-        err_in = np.abs(_predict(X[idx], k[idx], coefs, c) / y[idx] - 1)
-        held = np.full(len(idx), np.nan)
+    for gpu in sorted({r["gpu"] for r in rows}):
+        gi = np.array([i for i, r in enumerate(rows) if r["gpu"] == gpu])
+        sol = fit_training(X[gi], y[gi])
+        err_in = np.full(len(rows), np.nan)
+        err_in[gi] = np.abs(_predict(X[gi], sol) / y[gi] - 1)
+        held = np.full(len(rows), np.nan)
+        models = sorted({rows[i]["model"] for i in gi})
         if len(models) > 1:
             for m in models:
-                test = np.array([rows[i]["model"] == m for i in idx])
-                c2, f2 = fit_linear(X[idx][~test], k[idx][~test], y[idx][~test])
-                held[test] = np.abs(_predict(X[idx][test], k[idx][test], c2, f2) / y[idx][test] - 1)
-        worst = idx[np.argmax(err_in)]
-        eff = 1 / coefs[0] if coefs[0] > 0 else float("inf")
-        out.append(dict(phase="train fwd+bwd", src=src, gpu=gpu, dtype=dtype, n=len(idx), models=len(models),
-                        params=f"eff={eff:.2f} of fp16 peak, score passes={coefs[1]:.1f}, act passes={coefs[2]:.0f}, "
-                               f"c={c:.2f} ms",
-                        err_in=err_in, err_held=held, worst=rows[worst], worst_err=err_in.max()))
+                test = np.array([rows[i]["model"] == m for i in gi])
+                s2 = fit_training(X[gi][~test], y[gi][~test])
+                held[gi[test]] = np.abs(_predict(X[gi][test], s2) / y[gi][test] - 1)
+        for src, dtype in sorted({(rows[i]["src"], rows[i]["dtype"]) for i in gi}):
+            idx = np.array([i for i in gi if rows[i]["src"] == src and rows[i]["dtype"] == dtype])
+            worst = idx[np.argmax(err_in[idx])]
+            out.append(dict(phase="train fwd+bwd", src=src, gpu=gpu, dtype=dtype, n=len(idx),
+                            models=len({rows[i]["model"] for i in idx}), params=_params_str(sol), sol=sol,
+                            err_in=err_in[idx], err_held=held[idx], worst=rows[worst], worst_err=err_in[worst],
+                            rounded=np.array([rows[i]["flag"] == "rounded" for i in idx])))
     return out
 
 

@@ -6,7 +6,10 @@ Sources (shared reference systems.md):
   72*B*s*h^2*(1 + s/(6h) + ...)).
 - RL adds forward-only passes: old log-probs of the actor (verl recomputes them each step), the
   frozen reference (KL term; PPO), and for PPO a critic trained like the actor plus its value pass.
-- time = FLOPs / (peak * MFU) per GPU type; pipeline bubble: (m + p - 1) micro-batch slots for m
+- time = matmul FLOPs / (peak * mfu) + element-wise HBM traffic / (bandwidth * decode_eff) per GPU
+  type: layer norms, dropout/residual adds and the MLP activation are memory bound; their bytes
+  are counted from the layer's kernels (`layer_elementwise_bytes`: the tensors Korthikanti et al.
+  2022 list as stored activations, written and read by each kernel); pipeline bubble: (m + p - 1) micro-batch slots for m
   micro-batches on p stages (GPipe/1F1B, Metis); TP: two all-reduces of the activations per layer
   per forward and two per backward (Megatron-LM).
 - the step's samples are split over data-parallel replicas in proportion to replica speed, so
@@ -42,6 +45,30 @@ def layer_fwd_flops(params_per_layer, q_dim, seq, seqs, attn_context):
     return seqs * seq * (2.0 * params_per_layer + 4.0 * q_dim * attn_context)
 
 
+def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_elems=0.0, fused_softmax=True):
+    """HBM bytes of the memory-bound kernels of one transformer layer (Megatron layout, no sequence
+    parallelism), as (forward, backward). `tokens` = seqs * seq; `ffn_shard` = MLP width / tp;
+    `score_elems` = seqs * heads/tp * seq^2 for attention that materialises the score matrix
+    (unfused kernels), 0 for flash attention. Dropout masks are 1 byte per element.
+    Per hidden element, forward: two layer norms (read, write) and two bias-dropout-residual adds
+    (read branch, read residual, write, mask); backward: layer-norm grads (read x, dy, write dx),
+    dropout grads (read dy, mask, write) and the residual-gradient sums (read 2, write 1).
+    MLP activation: GeLU reads and writes ffn (backward reads x, dy, writes dx); SwiGLU reads gate
+    and up, writes one (backward reads three, writes two).
+    Scores, fused softmax: QK^T writes, softmax reads and writes, dropout reads, writes and a mask,
+    AV reads; backward: AV grads read P and write dP, dropout, softmax (read P, dP, write), QK^T
+    grads read dS twice. Unfused (fp32) softmax adds a scale and a mask-fill pass each way."""
+    fwd_h = hidden * (10.0 * bpe + 2.0)
+    bwd_h = hidden * (16.0 * bpe + 2.0)
+    fwd_f = ffn_shard * (3.0 if gated else 2.0) * bpe
+    bwd_f = ffn_shard * (5.0 if gated else 3.0) * bpe
+    fwd_s = np.where(fused_softmax, 6.0 * bpe + 1.0, 10.0 * bpe + 2.0)
+    bwd_s = np.where(fused_softmax, 9.0 * bpe + 1.0, 13.0 * bpe + 2.0)
+    fwd = tokens * (fwd_h + fwd_f) + score_elems * fwd_s
+    bwd = tokens * (bwd_h + bwd_f) + score_elems * bwd_s
+    return fwd, bwd
+
+
 def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     e = ctx.eff
     tp, pp, mb = f["tp"], f["pp"], f["micro_batch"]
@@ -62,9 +89,13 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     mb_eff = np.minimum(mb[:, None], np.maximum(per_chunk, 1.0))
     # per-stage compute of one micro-batch: its FLOPs over the stage's tp GPUs
     slot = mb_eff * flops_sample[:, None] / (pp[:, None] * tp[:, None] * ctx.flops * e["mfu"])
+    # element-wise kernels (flash attention: no score matrix), streamed through HBM per stage
+    ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe)
+    ew_sample = n_fwd * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
+    layers_stage = np.ceil(ctx.layers / pp)
+    slot = slot + mb_eff * (ew_sample * layers_stage)[:, None] / (ctx.hbm * e["decode_eff"])
     n_ar = 2.0 * (n_fwd + n_bwd)  # activation all-reduces per layer and micro-batch
     act_bytes = mb_eff * tok * ctx.hidden * ctx.bpe
-    layers_stage = np.ceil(ctx.layers / pp)
     tp_comm = np.where(tp[:, None] > 1, (n_ar * layers_stage)[:, None]
                        * ring_allreduce_s(act_bytes, tp[:, None], ctx.intra, e["collective_latency_s"]), 0.0)
     # pipeline p2p: activations forward and gradients back at each stage boundary
