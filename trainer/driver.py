@@ -22,6 +22,7 @@ MOSEARCH_INJECT_FAULTS="engine@STEP[:INDEX],worker@STEP[:RANK]".
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -55,6 +56,9 @@ class RunConfig:
     temperature: float = 1.0
     algo: str = "grpo"
     lr: float = 2e-4
+    lr_schedule: str = "constant"  # constant | cosine | linear: decay from lr to lr * lr_final_ratio
+    lr_final_ratio: float = 0.1
+    lr_decay_steps: int | None = None  # the schedule's horizon (default: steps)
     kl_coef: float = 0.0
     clip_eps: float = 0.2
     seed: int = 0
@@ -96,6 +100,20 @@ class Chunk:
     engine: int = 0
     gen: int = 0  # the engine's incarnation the call went to (bumped on each restart)
     ref: object = None
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def lr_at(cfg: RunConfig, step: int, horizon: int) -> float:
+    """Learning rate of optimizer step `step` (0-based): stateless, so a resumed run continues the schedule."""
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    frac = min(1.0, step / max(1, horizon - 1))
+    final = cfg.lr * cfg.lr_final_ratio
+    if cfg.lr_schedule == "linear":
+        return cfg.lr + (final - cfg.lr) * frac
+    return final + 0.5 * (cfg.lr - final) * (1 + math.cos(math.pi * frac))
 
 
 FAULT_ENV = "MOSEARCH_INJECT_FAULTS"
@@ -173,6 +191,8 @@ def _runtime_env() -> dict:
 class Driver:
     def __init__(self, cfg: RunConfig, plan: Plan | None = None, log=print):
         self.cfg, self.log = cfg, log
+        if cfg.lr_schedule not in LR_SCHEDULES:
+            raise InputError(None, "lr_schedule", f"got {cfg.lr_schedule!r}", " | ".join(LR_SCHEDULES))
         self.plan = plan or load_plan(cfg.plan)
         ex = self.plan.execution
         self.mode, self.k, self.chunks = ex.mode, ex.staleness_bound, ex.pipeline_chunks
@@ -180,6 +200,7 @@ class Driver:
             raise InputError(None, "backend", f"got {cfg.backend!r}", "vllm or hf")
         if cfg.algo not in ("grpo", "ppo"):
             raise InputError(None, "algo", f"got {cfg.algo!r}", "grpo or ppo")
+        self.lr_horizon = cfg.lr_decay_steps or cfg.steps  # fixed here: a time-boxed run may lower cfg.steps later
         if cfg.group_size < 2 and cfg.algo == "grpo":
             raise InputError(None, "group_size", f"got {cfg.group_size}", ">= 2 for GRPO's group baseline")
         self.out = Path(cfg.out)
@@ -572,7 +593,8 @@ class Driver:
             train_refs = self._accumulate(samples_all, n_global, last=True)
         self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
         self._gather(train_refs)
-        stats = self._gather([w.apply.remote() for w in self.workers])
+        lr = lr_at(self.cfg, s, self.lr_horizon)
+        stats = self._gather([w.apply.remote(lr) for w in self.workers])
         T.train += time.perf_counter() - t0
         self.version += 1
         self.step += 1
@@ -619,7 +641,7 @@ class Driver:
             "reward_train": float(np.mean([x.reward for x in samples])) if samples else 0.0,
             "staleness_mean": float(np.mean(stale)) if stale else 0.0, "staleness_max": max(stale, default=0),
             "stale_dropped": dropped, "busy": {"rollout_gen_s": gen_s, "train_s": max(st["busy_s"] for st in stats)},
-            "memory": mem, "grad_norm": stats[0]["grad_norm"],
+            "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
             **{k: stats[0][k] for k in ("kl", "value_loss") if k in stats[0]},
             "sample_ids": [x.sample_id for x in samples],

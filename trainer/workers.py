@@ -165,15 +165,19 @@ class TrainWorker:
         self.busy_s += dt
         return dt
 
-    def apply(self) -> dict:
+    def apply(self, lr: float | None = None) -> dict:
+        """Clip, take the optimizer step (at `lr` when given: the driver owns the schedule), zero grads."""
         t0 = time.perf_counter()
+        if lr is not None:
+            for g in self.opt.param_groups:
+                g["lr"] = lr
         params = [p for g in self.opt.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm).item()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         st, self._acc_stats = self._acc_stats, []
         tokens = sum(s["tokens"] for s in st)
-        out = {"grad_norm": grad_norm, "tokens": tokens,
+        out = {"grad_norm": grad_norm, "tokens": tokens, "lr": self.opt.param_groups[0]["lr"],
                "behav_abs_diff_mean": sum(s["behav_abs_diff"] for s in st) / max(1, tokens),
                "clip_frac": sum(s["clip_frac"] for s in st) / max(1, len(st)),
                "behav_weight": sum(s["behav_weight"] for s in st) / max(1, len(st))}
