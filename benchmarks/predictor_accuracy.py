@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -87,13 +88,26 @@ def predict(problem_for, name: str, overheads: dict | None) -> dict:
 
 
 def fit_overheads(rows: list[dict]) -> dict:
-    """Orchestration overheads from measured runs: the median residual of the rollout phase per
-    call (synchronous plans, where the driver waits for rollout) and of the training phase."""
+    """Orchestration overheads from measured runs, each the median residual of its phase:
+    per rollout call (synchronous plans, where the driver waits for rollout), per training step
+    (single-rank plans) and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the
+    single-device micro-benchmarks)."""
     sync = [r for r in rows if r["mode"] != "async"]
     roll = [(r["meas_rollout_s"] - r["pred0_rollout_s"]) / r["chunks"] for r in sync]
-    train = [r["meas_train_s"] - r["pred0_train_s"] for r in rows]
+    single = [r["meas_train_s"] - r["pred0_train_s"] for r in rows if r["dp"] == 1]
+    train_call = max(0.0, float(np.median(single))) if single else 0.0
+    multi = [(r["meas_train_s"] - r["pred0_train_s"] - train_call) / r["rank_micro_batches"] for r in rows if r["dp"] > 1]
     return {"rollout_call_s": max(0.0, float(np.median(roll))) if roll else 0.0,
-            "train_call_s": max(0.0, float(np.median(train))) if train else 0.0}
+            "train_call_s": train_call,
+            "dp_microbatch_s": max(0.0, float(np.median(multi))) if multi else 0.0}
+
+
+def rank_micro_batches(problem: PlacementProblem, name: str, dp: int) -> int:
+    """Micro-batches one rank runs per step: chunks x ceil(its share of a chunk / micro-batch)."""
+    mode, _, _, log2_mb, _, log2_chunks = PLANS[name]
+    chunks = 1 if mode == "colocated" else 2 ** log2_chunks
+    samples = problem.workload.prompts_per_step * problem.workload.samples_per_prompt
+    return chunks * math.ceil(samples / dp / chunks / 2 ** log2_mb)
 
 
 def main() -> int:
@@ -121,7 +135,7 @@ def main() -> int:
 
     def problem_for(overheads):
         # the profile's own run overheads are replaced: stage 1 = none, stage 2 = these
-        over = {"rollout_call_s": 0.0, "train_call_s": 0.0, **(overheads or {})}
+        over = {"rollout_call_s": 0.0, "train_call_s": 0.0, "dp_microbatch_s": 0.0, **(overheads or {})}
         return PlacementProblem(base.cluster, base.workload, efficiencies={"cpu-local": over})
 
     rows = []
@@ -134,6 +148,7 @@ def main() -> int:
             print(f"training {name} ({args.steps} steps)", flush=True)
             mosearch("train", "--plan", str(path), "--steps", str(args.steps), "--out", str(out), "--eval-every", "0",
                      "--checkpoint-every", "0", "--no-progress", log=log)
+            (out / "load.json").write_text(json.dumps(os.getloadavg()))
         measured = json.loads((out / "summary.json").read_text())["measured"]
         p0 = predict(problem_for, name, None)
         mode, _, _, _, k, log2_chunks = PLANS[name]
@@ -141,9 +156,11 @@ def main() -> int:
                      "meas_step_s": measured["step_s"], "meas_sps": measured["throughput_samples_s"],
                      "meas_stale": measured["staleness"], "meas_rollout_s": measured["rollout_s"],
                      "meas_train_s": measured["train_s"],
+                     "load": json.loads((out / "load.json").read_text()) if (out / "load.json").is_file() else None,
                      "pred0_step_s": p0["step_s"], "pred0_sps": p0["throughput_samples_s"],
                      "pred0_rollout_s": p0["rollout_s"], "pred0_train_s": p0["train_s"],
-                     "pred_stale": p0["staleness"], "dp": int(p0["dp"])})
+                     "pred_stale": p0["staleness"], "dp": int(p0["dp"]),
+                     "rank_micro_batches": rank_micro_batches(base, name, int(p0["dp"]))})
         print(json.dumps(rows[-1]), flush=True)
 
     # stage 2, held out: each plan predicted with overheads fitted on the OTHER plans' runs
@@ -164,7 +181,7 @@ def main() -> int:
     order_pred = [r["plan"] for r in sorted(rows, key=lambda r: -r["pred_sps"])]
     order_meas = [r["plan"] for r in sorted(rows, key=lambda r: -r["meas_sps"])]
     worst = sorted(rows, key=lambda r: -ape(r["pred_step_s"], r["meas_step_s"]))[:2]
-    load = os.getloadavg()
+    run_loads = ", ".join("/".join(f"{x:.1f}" for x in r["load"]) if r["load"] else "not recorded" for r in rows)
     lines = [
         "# Predictor accuracy: calibrated model vs measured training runs (this machine)",
         "",
@@ -173,13 +190,13 @@ def main() -> int:
         f"Cluster `local` ({base.cluster.pools[0].count} cpu-local devices) with that profile, workload "
         f"`tiny-grpo`; each plan trained {args.steps} steps by `mosearch train` (vLLM CPU build rollouts, PyTorch/gloo "
         "training, Ray); measured = steady-state mean over steps 2..N from the run's summary.json. "
-        f"Load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (2 cores shared with other work). "
+        f"Load average (1/5/15 min) after each run: {run_loads} (2 cores shared with other work). "
         + (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs (--analyse-only)."),
         "",
         "Two stages of calibration: **profile only** (micro-benchmarks of the device: matmul, bandwidth, "
         "training steps, vLLM prefill/decode) and **profile + runs**, which adds two orchestration "
         "overheads fitted from measured runs (seconds per rollout call and per training step: Ray round "
-        "trips, reward scoring, batch assembly) - fitted **leave-one-out**: each plan's prediction uses "
+        "trips, reward scoring, batch assembly; seconds per micro-batch of a data-parallel rank when dp > 1) - fitted **leave-one-out**: each plan's prediction uses "
         "overheads fitted on the other plans' runs only.",
         "",
         "| plan | mode | k | dp | chunks | step s meas | step s profile only | err % | step s profile + runs | err % | samples/s meas | samples/s pred | err % | staleness meas | pred |",
@@ -201,7 +218,8 @@ def main() -> int:
         f"- Predicted order: {', '.join(order_pred)}. Measured order: {', '.join(order_meas)}.",
         f"- Staleness, mean absolute error: {np.mean([abs(r['pred_stale'] - r['meas_stale']) for r in rows]):.2f} versions.",
         f"- Overheads fitted on all runs (written into the profile): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms, "
-        f"training step {overall['train_call_s'] * 1e3:.0f} ms.",
+        f"training step {overall['train_call_s'] * 1e3:.0f} ms, micro-batch of a rank when dp > 1 "
+        f"{overall['dp_microbatch_s'] * 1e3:.1f} ms.",
         "",
         "## Phase breakdown (seconds per step, profile only)",
         "",
@@ -214,14 +232,16 @@ def main() -> int:
     lines += ["", "## Worst plans (profile + runs)", ""]
     for r in worst:
         lines.append(f"- {r['plan']}: step {r['pred_step_s']:.3f} s predicted vs {r['meas_step_s']:.3f} s measured.")
-    lines += ["", "What the model misses: (1) the profile's training grid times a full step (forward, backward and an "
-              "AdamW update) per micro-batch, while the trainer accumulates gradients and updates once per step, so "
-              "the per-micro-batch overhead it fits is too large for plans with many small micro-batches "
-              "(disagg-pipelined4-mb2); (2) the measured rollout phase of asynchronous plans is only the driver's "
-              "wait, as rollout overlaps training; (3) on two shared cores an engine and a training rank slow each "
-              "other when they overlap, which the model (separate devices) does not see; (4) per-call costs of the "
-              "vLLM engine inside a Ray actor (~80 ms per call here) are absent from the micro-benchmarks and only "
-              "the run-fitted overhead covers them."]
+    lines += ["", "What the model misses: (1) per-call costs of the vLLM engine inside a Ray actor (about 80 ms per "
+              "call here) are absent from the micro-benchmarks, so profile-only predictions of the rollout phase are "
+              "2-3x short and only the run-fitted overhead covers them; (2) ranks of a data-parallel group cost "
+              "more per micro-batch than the single-device micro-benchmark (DDP hooks, and two ranks plus the driver "
+              "and engines on two shared cores), which the dp > 1 micro-batch term absorbs; (3) the measured rollout "
+              "phase of asynchronous plans is only the driver's wait, as rollout overlaps training; (4) an engine and "
+              "a training rank overlapping on two shared cores slow each other, which the model (separate devices) "
+              "does not see. The profile's training grid times forward + backward of one micro-batch on its own "
+              "(the model adds the optimizer update once per step); profiles from before that split are refitted "
+              "with the model's own Adam-update estimate taken out (`mosearch profile --refit`)."]
     atomic_write_text(args.out, "\n".join(lines) + "\n")
     (runs / "rows.json").write_text(json.dumps(rows, indent=1))
 

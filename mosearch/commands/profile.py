@@ -31,6 +31,9 @@ GRIDS = {
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure this device and fit the performance model to it")
     p.add_argument("--out", required=True, help="profile YAML to write (e.g. profiles/local.yaml)")
+    p.add_argument("--refit", metavar="PROFILE",
+                   help="measure nothing: refit an existing profile's raw measurements with the current model "
+                        "formulas (run-fitted overheads are kept) and write it to --out")
     p.add_argument("--model", default="tiny", help="'tiny' or a local Hugging Face model directory")
     p.add_argument("--device-type", help="catalog GPU type this device is (default: cpu-local, or the CUDA device's name)")
     p.add_argument("--grid", choices=sorted(GRIDS), default="default")
@@ -50,8 +53,54 @@ def local_device_type() -> str:
     return name
 
 
+def _fit_for(model_path: str, rows: dict):
+    """Fit `rows` with the architecture of the model they were measured on (fp32, as measured)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model_path)
+    params = rows["train_step"][0]["params"]
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 4  # fp32
+    fitted = fit(rows, params=params, layers=cfg.num_hidden_layers, hidden=cfg.hidden_size,
+                 kv_bytes_per_token=kv_per_token, weight_bytes=params * 4,
+                 ffn=getattr(cfg, "intermediate_size", None), gated=getattr(cfg, "hidden_act", "silu") == "silu")
+    return cfg, params, fitted
+
+
+def refit(args: argparse.Namespace) -> int:
+    from problems.placement.calibration import load_profile
+    from trainer.models.tiny import resolve_model
+
+    old = load_profile(args.refit)
+    _, _, fitted = _fit_for(str(resolve_model(old.model.get("path", "tiny"))), old.measurements)
+    kept = {k: getattr(old.fitted, k) for k in ("rollout_call_s", "train_call_s", "dp_microbatch_s")}
+    new = old.model_copy(update={"fitted": fitted.model_copy(update=kept)})
+    atomic_write_text(args.out, yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
+    _print_fitted(Console(), f"{args.refit} refitted -> {args.out}", old.fitted, new.fitted)
+    return 0
+
+
+def _print_fitted(console, title: str, old, new) -> None:
+    table = Table(title=title)
+    table.add_column("parameter")
+    if old is not None:
+        table.add_column("before", justify="right")
+    table.add_column("fitted", justify="right")
+    for key, value in new.model_dump().items():
+        cells = [] if old is None else [_fmt(getattr(old, key))]
+        table.add_row(key, *cells, _fmt(value))
+    console.print(table)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 def run(args: argparse.Namespace) -> int:
     import os
+
+    if args.refit:
+        return refit(args)
 
     # One local device is one core: Ray gives each trainer actor num_cpus=1 and one OpenMP thread,
     # so the profile measures the same way (and is not skewed by threads spinning on a busy machine).
@@ -89,14 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 rows[key] = result
             progress.advance(task)
 
-    from transformers import AutoConfig
-
-    cfg = AutoConfig.from_pretrained(model_path)
-    params = rows["train_step"][0]["params"]
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 4  # fp32
-    fitted = fit(rows, params=params, layers=cfg.num_hidden_layers, hidden=cfg.hidden_size,
-                 kv_bytes_per_token=kv_per_token, weight_bytes=params * 4)
+    cfg, params, fitted = _fit_for(model_path, rows)
     profile = Profile(
         version=PROFILE_VERSION,
         device_type=args.device_type or local_device_type(),
@@ -110,10 +152,5 @@ def run(args: argparse.Namespace) -> int:
     )
     atomic_write_text(args.out, yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
 
-    table = Table(title=f"profile of {profile.device_type} ({profile.host['seconds']} s) -> {args.out}")
-    table.add_column("parameter")
-    table.add_column("fitted", justify="right")
-    for key, value in fitted.model_dump().items():
-        table.add_row(key, "-" if value is None else f"{value:.4g}")
-    console.print(table)
+    _print_fitted(console, f"profile of {profile.device_type} ({profile.host['seconds']} s) -> {args.out}", None, fitted)
     return 0

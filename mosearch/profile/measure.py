@@ -64,7 +64,7 @@ def memory_bandwidth(mib=(64, 256), repeats: int = 5) -> list[dict]:
 
 
 def train_steps(model_path: str, micro_batches=(1, 4, 8), seq_lens=(32, 64, 128), repeats: int = 3) -> list[dict]:
-    """Forward + backward + AdamW step of the model on random tokens."""
+    """Forward + backward + AdamW step of the model on random tokens; forward + backward alone beside it."""
     from transformers import AutoModelForCausalLM
 
     dev = _device()
@@ -77,14 +77,20 @@ def train_steps(model_path: str, micro_batches=(1, 4, 8), seq_lens=(32, 64, 128)
         for seq in seq_lens:
             ids = torch.randint(0, vocab, (mb, seq), device=dev)
 
-            def step():
+            def fwd_bwd():
                 loss = model(input_ids=ids, labels=ids).loss
                 loss.backward()
+
+            def step():
+                fwd_bwd()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
             s = _time(step, repeats)
-            rows.append({"micro_batch": mb, "seq_len": seq, "tokens": mb * seq, "params": params, "seconds": s})
+            # the trainer updates once per step over many micro-batches: time the micro-batch alone too
+            fb = _time(lambda: (fwd_bwd(), opt.zero_grad(set_to_none=True)), repeats)
+            rows.append({"micro_batch": mb, "seq_len": seq, "tokens": mb * seq, "params": params, "seconds": s,
+                         "fwd_bwd_seconds": fb})
     return rows
 
 

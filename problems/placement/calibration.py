@@ -38,6 +38,7 @@ class Fitted(BaseModel):
     # fitted from measured trainer runs (benchmarks/predictor_accuracy.py), not micro-benchmarks
     rollout_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per rollout call")
     train_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per training step")
+    dp_microbatch_s: float = Field(default=0.0, ge=0, description="extra seconds per micro-batch of a rank when dp > 1")
 
 
 class Profile(BaseModel):
@@ -62,28 +63,45 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_token: int,
-        weight_bytes: int) -> Fitted:
-    """Fit the model's parameters from the rows `mosearch.profile.measure` returns."""
+        weight_bytes: int, ffn: int | None = None, gated: bool = True, bytes_per_elem: int = 4) -> Fitted:
+    """Fit the model's parameters from the rows `mosearch.profile.measure` returns.
+
+    Each fit mirrors the formula the model evaluates with the fitted value, so a profile
+    reproduces its own measurements: e.g. the training model adds element-wise HBM traffic at
+    the decode bandwidth efficiency to the FLOP time, so that traffic is taken out of the
+    measured step times before the FLOP rate (mfu) is fitted.
+    """
+    from problems.placement.model.training import layer_elementwise_bytes
+
     m = measurements
     tflops = max(r["tflops"] for r in m["matmul"])
     bw_tbs = float(np.median([r["gbs"] for r in m["memory_bandwidth"]])) / 1e3
-
-    # training: 6 N t FLOPs per step (systems.md) + attention 12 L h s t (Narayanan et al.)
-    tr = m["train_step"]
-    flops = np.array([6 * params * r["tokens"] + 12 * layers * hidden * r["seq_len"] * r["tokens"] for r in tr])
-    over_t, sec_per_flop = _line(flops, [r["seconds"] for r in tr])
-    mfu = min(1.0, 1 / (sec_per_flop * tflops * 1e12))
-
-    # prefill: 2 N t FLOPs
-    pf = m["prefill"]
-    over_p, sec_per_flop_p = _line(np.array([2 * params * r["tokens"] for r in pf]), [r["seconds"] for r in pf])
-    prefill_eff = min(1.0, 1 / (sec_per_flop_p * tflops * 1e12))
 
     # decode step: read the weights once and each sequence's KV cache (bandwidth bound)
     dc = m["decode"]
     moved = np.array([weight_bytes + r["batch"] * r["context"] * kv_bytes_per_token for r in dc])
     over_d, sec_per_byte = _line(moved, [r["step_seconds"] for r in dc])
     decode_eff = min(1.0, 1 / (sec_per_byte * bw_tbs * 1e12))
+
+    # training: 6 N t FLOPs per step (systems.md) + attention 12 L h s t (Narayanan et al.), after
+    # the element-wise traffic of one forward + backward (flash-style attention, as the model assumes)
+    tr = m["train_step"]
+    flops = np.array([6 * params * r["tokens"] + 12 * layers * hidden * r["seq_len"] * r["tokens"] for r in tr])
+    tokens = np.array([r["tokens"] for r in tr], float)
+    ew_f, ew_b = layer_elementwise_bytes(tokens, hidden, ffn or 4 * hidden, bytes_per_elem, gated)
+    ew_s = layers * (ew_f + ew_b) / (bw_tbs * 1e12 * decode_eff)
+    # one micro-batch's forward + backward: the model adds the optimizer update once per step on its
+    # own (Adam states streamed through memory); older profiles timed it with every grid step, so take
+    # the model's own estimate of it out of those
+    adam_s = params * 2 * (4 + 4 + 8) / (bw_tbs * 1e12 * decode_eff)
+    seconds = np.array([r["fwd_bwd_seconds"] if "fwd_bwd_seconds" in r else r["seconds"] - adam_s for r in tr]) - ew_s
+    over_t, sec_per_flop = _line(flops, seconds)
+    mfu = min(1.0, 1 / (sec_per_flop * tflops * 1e12))
+
+    # prefill: 2 N t FLOPs
+    pf = m["prefill"]
+    over_p, sec_per_flop_p = _line(np.array([2 * params * r["tokens"] for r in pf]), [r["seconds"] for r in pf])
+    prefill_eff = min(1.0, 1 / (sec_per_flop_p * tflops * 1e12))
 
     ws = m["weight_sync"]
     sync_gbs = max(r["bytes"] for r in ws) / max(min(r["seconds"] for r in ws), 1e-9) / 1e9

@@ -16,18 +16,29 @@ TRUE = dict(tflops=0.2, bw_tbs=0.015, mfu=0.3, train_over=0.004, prefill_eff=0.4
             decode_eff=0.2, decode_over=0.003)
 
 
-def synthetic_measurements(noise: float = 0.0, seed: int = 0) -> dict:
-    """Rows as `mosearch profile` writes them, generated from known parameters."""
+def synthetic_measurements(noise: float = 0.0, seed: int = 0, legacy: bool = False) -> dict:
+    """Rows as `mosearch profile` writes them, generated from known parameters with the model's
+    formulas: a micro-batch = overhead + FLOPs at mfu + element-wise traffic at decode_eff; a grid
+    step adds one Adam update (states streamed through memory). `legacy`: rows from before the
+    profile timed forward + backward on its own."""
+    from problems.placement.model.training import layer_elementwise_bytes
+
     rng = np.random.default_rng(seed)
     jitter = lambda: 1 + noise * rng.standard_normal()  # noqa: E731
     peak = TRUE["tflops"] * 1e12
+    mem = TRUE["bw_tbs"] * 1e12 * TRUE["decode_eff"]
+    adam = PARAMS * 2 * (4 + 4 + 8) / mem
     train = []
     for mb in (1, 4, 8):
         for seq in (32, 64, 128):
             tokens = mb * seq
             flops = 6 * PARAMS * tokens + 12 * LAYERS * HIDDEN * seq * tokens
-            train.append({"micro_batch": mb, "seq_len": seq, "tokens": tokens, "params": PARAMS,
-                          "seconds": (TRUE["train_over"] + flops / (peak * TRUE["mfu"])) * jitter()})
+            ew_f, ew_b = layer_elementwise_bytes(tokens, HIDDEN, 4 * HIDDEN, 4, True)
+            fb = (TRUE["train_over"] + flops / (peak * TRUE["mfu"]) + LAYERS * (ew_f + ew_b) / mem) * jitter()
+            row = {"micro_batch": mb, "seq_len": seq, "tokens": tokens, "params": PARAMS, "seconds": fb + adam}
+            if not legacy:
+                row["fwd_bwd_seconds"] = fb
+            train.append(row)
     prefill, decode = [], []
     for b in (1, 8, 32):
         for p in (16, 64):
@@ -56,6 +67,14 @@ def test_fit_recovers_known_parameters(noise):
     assert f.train_overhead_s == pytest.approx(TRUE["train_over"], rel=max(tol, 1e-6) * 3)
     assert f.decode_step_overhead_s == pytest.approx(TRUE["decode_over"], rel=max(tol, 1e-6) * 3)
     assert f.intra_gbs == 1.5 and f.switch_s == pytest.approx(0.003)
+
+
+def test_fit_of_legacy_rows_takes_the_models_adam_update_out():
+    """Profiles that timed an optimizer update with every grid step refit to the same parameters."""
+    new = fit(synthetic_measurements(), PARAMS, LAYERS, HIDDEN, KV_TOKEN, WEIGHTS)
+    old = fit(synthetic_measurements(legacy=True), PARAMS, LAYERS, HIDDEN, KV_TOKEN, WEIGHTS)
+    assert old.mfu == pytest.approx(new.mfu, rel=1e-6)
+    assert old.train_overhead_s == pytest.approx(new.train_overhead_s, rel=1e-6)
 
 
 def write_profile(dir_, device_type="cpu-local"):
@@ -107,3 +126,41 @@ def test_run_overheads_add_per_call_and_per_step(repo_root):
     assert np.allclose(b["rollout_s"] - a["rollout_s"], 0.1 * chunks)
     assert np.allclose(b["train_s"] - a["train_s"], 0.05)
     assert np.all(b["step_s"] >= a["step_s"])
+
+
+def test_dp_microbatch_overhead_charges_each_micro_batch_of_a_rank_only_when_dp_exceeds_one(repo_root):
+    cluster = repo_root / "problems" / "clusters" / "local.yaml"
+    workload = repo_root / "problems" / "workloads" / "tiny-grpo.yaml"
+    plain = PlacementProblem.from_files(cluster, workload)
+    ddp = PlacementProblem(plain.cluster, plain.workload, efficiencies={"cpu-local": {"dp_microbatch_s": 0.01}})
+    X = plain.repair()._do(plain, np.random.default_rng(2).uniform(plain.xl, plain.xu, (400, plain.n_var)))
+    a, b = plain.evaluate_matrix(X), ddp.evaluate_matrix(X)
+    extra = b["train_s"] - a["train_s"]
+    dp = np.array([plain.decode(x, lifetime=False).train.dp for x in X])
+    assert (dp == 1).any() and (dp > 1).any()
+    assert np.allclose(extra[dp == 1], 0.0)
+    mb = np.array([plain.decode(x, lifetime=False).train.micro_batch for x in X])
+    chunks = np.where(X[:, plain.layout.g("mode")] == 0, 1, 2 ** X[:, plain.layout.g("log2_pipeline_chunks")])
+    samples = plain.workload.prompts_per_step * plain.workload.samples_per_prompt
+    per_rank = chunks * np.ceil(samples / dp / chunks / mb)
+    sel = dp > 1
+    assert np.allclose(extra[sel], 0.01 * per_rank[sel])
+
+
+def test_refit_rewrites_the_fit_from_raw_measurements_and_keeps_run_overheads(tmp_path, repo_root):
+    import subprocess
+    import sys
+
+    f = fit(synthetic_measurements(legacy=True), PARAMS, LAYERS, HIDDEN, KV_TOKEN, WEIGHTS)
+    stale = f.model_copy(update={"mfu": 0.9, "rollout_call_s": 0.07, "dp_microbatch_s": 0.004})
+    prof = Profile(device_type="cpu-local", model={"path": "tiny"}, measurements=synthetic_measurements(legacy=True),
+                   fitted=stale)
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(prof.model_dump(mode="json")))
+    env = {"MOSEARCH_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "mosearch.cli", "profile", "--refit", str(tmp_path / "old.yaml"),
+                        "--out", str(tmp_path / "new.yaml")], capture_output=True, text=True, cwd=repo_root, env=env)
+    assert r.returncode == 0, r.stderr
+    new = Profile(**yaml.safe_load((tmp_path / "new.yaml").read_text()))
+    assert new.fitted.mfu != 0.9 and new.fitted.mfu == pytest.approx(TRUE["mfu"], rel=0.05)
+    assert new.fitted.rollout_call_s == 0.07 and new.fitted.dp_microbatch_s == 0.004
+    assert new.measurements == prof.measurements

@@ -24,6 +24,9 @@ DEFAULTS = {
     # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
     "rollout_call_s": 0.0,
     "train_call_s": 0.0,
+    # extra time per micro-batch of a data-parallel rank when dp > 1 (DDP hooks, ranks contending for
+    # host resources); fitted from measured runs by calibration, 0 by default
+    "dp_microbatch_s": 0.0,
     # CUDA context + NCCL buffers + library workspaces per GPU. Sailor counts ~5 GB of fixed
     # overhead including the allocator (systems.md); the allocator is modelled separately here.
     "runtime_gb": 2.0,
