@@ -59,6 +59,7 @@ class RunConfig:
     lr_schedule: str = "constant"  # constant | cosine | linear: decay from lr to lr * lr_final_ratio
     lr_final_ratio: float = 0.1
     lr_decay_steps: int | None = None  # the schedule's horizon (default: steps)
+    mini_batches: int = 1  # optimizer updates per step, each on a slice of whole groups (PPO-style)
     kl_coef: float = 0.0
     clip_eps: float = 0.2
     seed: int = 0
@@ -200,6 +201,8 @@ class Driver:
             raise InputError(None, "backend", f"got {cfg.backend!r}", "vllm or hf")
         if cfg.algo not in ("grpo", "ppo"):
             raise InputError(None, "algo", f"got {cfg.algo!r}", "grpo or ppo")
+        if cfg.mini_batches < 1:
+            raise InputError(None, "mini_batches", f"got {cfg.mini_batches}", "an integer >= 1")
         self.lr_horizon = cfg.lr_decay_steps or cfg.steps  # fixed here: a time-boxed run may lower cfg.steps later
         if cfg.group_size < 2 and cfg.algo == "grpo":
             raise InputError(None, "group_size", f"got {cfg.group_size}", ">= 2 for GRPO's group baseline")
@@ -286,7 +289,7 @@ class Driver:
         share = 0.5 if lay.colocated else 1.0
         port = _free_port()
         algo = {"name": self.cfg.algo, "lr": self.cfg.lr, "clip_eps": self.cfg.clip_eps, "kl_coef": self.cfg.kl_coef,
-                "decoupled": self.mode == "async"}
+                "decoupled": self.mode == "async", "ratio_to_behaviour": self.cfg.mini_batches > 1}
         self.workers = []
         for r, pool in enumerate(lay.train_pools):
             opts = P.actor_options(pool.split("@")[0], self.found, share, (self._pg_t, r))
@@ -437,6 +440,28 @@ class Driver:
                 s.advantage = a
         return samples
 
+    def _updates(self, samples: list[Sample], lr: float, s: int) -> list[dict]:
+        """Train on a whole batch in `mini_batches` optimizer updates, each on consecutive whole groups
+        (GRPO's advantages are per group); returns each rank's stats, busy time summed over updates."""
+        n = self.cfg.group_size
+        groups = [samples[i:i + n] for i in range(0, len(samples), n)]
+        u = max(1, min(self.cfg.mini_batches, len(groups)))
+        cuts = [round(len(groups) * q / u) for q in range(u + 1)]
+        total: list[dict] | None = None
+        for q in range(u):
+            part = [x for g in groups[cuts[q]:cuts[q + 1]] for x in g]
+            refs = self._accumulate(part, len(part) if u > 1 else self.cfg.prompts_per_step * n, last=True)
+            if q == 0:
+                self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
+            self._gather(refs)
+            stats = self._gather([w.apply.remote(lr) for w in self.workers])
+            if total is not None:
+                for a, b in zip(stats, total):
+                    a["busy_s"] += b["busy_s"]
+                    a["tokens"] += b["tokens"]
+            total = stats
+        return total
+
     def _accumulate(self, samples: list[Sample], n_global: int, last: bool) -> list:
         """Send one chunk's samples to the ranks (groups spread evenly); returns the Ray refs."""
         dp = len(self.workers)
@@ -554,7 +579,8 @@ class Driver:
         n_global = self.cfg.prompts_per_step * self.cfg.group_size
         samples_all, train_refs, gen_s, gen_tokens, prompt_tokens, rss = [], [], 0.0, 0, 0, 0.0
         stale_dropped, redone = 0, 0
-        pipelined = self.mode != "colocated"
+        # elastic pipelining streams chunks into ONE update; several updates per step train on the whole batch
+        pipelined = self.mode != "colocated" and self.cfg.mini_batches == 1
         while pending:
             t0 = time.perf_counter()
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -589,12 +615,13 @@ class Driver:
         # 2) train
         T.switch += self._switch("train")
         t0 = time.perf_counter()
-        if not pipelined:
-            train_refs = self._accumulate(samples_all, n_global, last=True)
-        self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
-        self._gather(train_refs)
         lr = lr_at(self.cfg, s, self.lr_horizon)
-        stats = self._gather([w.apply.remote(lr) for w in self.workers])
+        if pipelined:
+            self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
+            self._gather(train_refs)
+            stats = self._gather([w.apply.remote(lr) for w in self.workers])
+        else:
+            stats = self._updates(samples_all, lr, s)
         T.train += time.perf_counter() - t0
         self.version += 1
         self.step += 1

@@ -30,6 +30,9 @@ class AlgoConfig:
     clip_eps: float = 0.2
     kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds k3 KL
     decoupled: bool = False  # AReaL's objective: weight by pi_prox / pi_behav (async mode)
+    # several updates per step: the PPO ratio is to the rollout policy (vLLM's log-probs), so later
+    # updates of the same batch are clipped; with one update the ratio is 1 and the clip inert
+    ratio_to_behaviour: bool = False
     behav_cap: float = 5.0
     vf_coef: float = 0.5
     gamma: float = 1.0
@@ -120,7 +123,8 @@ class TrainWorker:
         else:
             adv = t["advantage"]
         behav = t["behav_logp"] if self.cfg.decoupled else None
-        loss, stats = A.policy_loss(logp, logp.detach(), adv, w, self.cfg.clip_eps, behav, self.cfg.behav_cap)
+        old = t["behav_logp"] if self.cfg.ratio_to_behaviour and not self.cfg.decoupled else logp.detach()
+        loss, stats = A.policy_loss(logp, old, adv, w, self.cfg.clip_eps, behav, self.cfg.behav_cap)
         if self.cfg.name == "ppo":
             vl = A.value_loss(values, old_v, ret, w)
             loss = loss + self.cfg.vf_coef * vl

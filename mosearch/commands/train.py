@@ -27,6 +27,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine", "linear"],
                    help="decay the learning rate over the run to lr x --lr-final-ratio")
     p.add_argument("--lr-final-ratio", type=float, default=0.1)
+    p.add_argument("--mini-batches", type=int, default=1,
+                   help="optimizer updates per step, each on a slice of whole groups (PPO-style; > 1 trains on the "
+                        "whole batch, without elastic pipelining)")
     p.add_argument("--kl-coef", type=float, default=0.0, help="> 0 adds KL to the initial model")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
-        lr_final_ratio=args.lr_final_ratio, **shape,
+        lr_final_ratio=args.lr_final_ratio, mini_batches=args.mini_batches, **shape,
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress,

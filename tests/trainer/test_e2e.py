@@ -82,3 +82,23 @@ def test_plan_for_another_cluster_is_refused_by_the_cli(plan_file, capsys):
     assert main(["train", "--plan", str(plan), "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "H100 x8" in err[0] and "--emulate" in err[0]
+
+
+def test_mini_batches_take_that_many_optimizer_updates_per_step(ray_local, plan_file, tmp_path):
+    """`mini_batches=3`: three Adam updates per step on whole groups, the ratio taken to the rollout policy."""
+    import torch
+
+    from trainer.driver import RunConfig, run
+
+    plan = plan_file()
+    out = tmp_path / "mb"
+    cfg = RunConfig(plan=str(plan), out=str(out), steps=2, prompts_per_step=6, group_size=4, max_new_tokens=4,
+                    eval_every=0, checkpoint_every=2, backend="hf", progress=False, mini_batches=3,
+                    lr=1e-3, lr_schedule="linear", lr_final_ratio=0.5)
+    summary = run(cfg)
+    rows = [r for r in _rows(out) if "time" in r]
+    assert summary["status"] == "finished" and [r["samples"] for r in rows] == [24, 24]
+    assert [r["lr"] for r in rows] == pytest.approx([1e-3, 5e-4])
+    ckpt = out / "checkpoints" / "step_000002" / "state.pt"
+    state = torch.load(ckpt, weights_only=False)["optimizer"]["state"]
+    assert {int(v["step"]) for v in state.values()} == {6}  # 2 steps x 3 updates
