@@ -3,13 +3,13 @@
     python benchmarks/model_validation.py [--out results/bench/model_validation.md]
 
 Training: per-layer forward+backward time of one micro-batch (Sailor hook profiles; Aceso op
-sums), predicted as 3 x layer forward FLOPs / (tp x peak x eff) + TP all-reduces + a fixed floor c.
-Inference: per-operator kernel time (vidur), predicted by the rollout module's roofline
-operator functions with prefill_eff (compute), decode_eff (bandwidth) and a floor c.
-Per GPU type (and source/dtype for training) the script fits those few parameters and reports
-held-out errors: leave-one-model-out (fit on the other models of the same GPU, predict this one),
-and in-sample errors beside them. Data: problems/placement/data/measured/ (copied, with sources).
-"""
+sums), predicted as matmul FLOPs / (tp x dtype peak x eff_c) + element-wise HBM bytes /
+(bandwidth x eff_m) + TP all-reduces / eff_link + a floor c (training.py's `layer_fwd_flops` and
+`layer_elementwise_bytes`, as in `train_times`). Inference: per-operator kernel time (vidur),
+predicted by the rollout module's roofline operator functions with prefill_eff (compute),
+decode_eff (bandwidth) and a floor c. The script fits those few bounded parameters per GPU type
+and reports held-out errors (leave-one-model-out) beside in-sample ones.
+Data: problems/placement/data/measured/ (copied, with sources)."""
 
 from __future__ import annotations
 

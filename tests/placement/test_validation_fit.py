@@ -42,7 +42,8 @@ def test_elementwise_bytes_hand_count():
 def test_fit_recovers_known_efficiencies():
     rng = np.random.default_rng(0)
     n = 60
-    X = np.column_stack([rng.uniform(1, 50, n), rng.uniform(1, 30, n), np.where(rng.random(n) < 0.5, 0, rng.uniform(1, 20, n))])
+    comm = np.where(rng.random(n) < 0.5, 0, rng.uniform(1, 20, n))
+    X = np.column_stack([rng.uniform(1, 50, n), rng.uniform(1, 30, n), comm])
     gpus = np.array(["A100-40"] * 30 + ["V100-16"] * 30)
     true = {"A100-40": (0.7, 0.8, 1.5), "V100-16": (0.6, 0.9, 0.5)}  # eff_c, eff_m, c ms
     eff_link = 0.4  # both on NVLink

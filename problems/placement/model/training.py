@@ -9,7 +9,8 @@ Sources (shared reference systems.md):
 - time = matmul FLOPs / (peak * mfu) + element-wise HBM traffic / (bandwidth * decode_eff) per GPU
   type: layer norms, dropout/residual adds and the MLP activation are memory bound; their bytes
   are counted from the layer's kernels (`layer_elementwise_bytes`: the tensors Korthikanti et al.
-  2022 list as stored activations, written and read by each kernel); pipeline bubble: (m + p - 1) micro-batch slots for m
+  2022 list as stored activations, written and read by each kernel);
+  pipeline bubble: (m + p - 1) micro-batch slots for m
   micro-batches on p stages (GPipe/1F1B, Metis); TP: two all-reduces of the activations per layer
   per forward and two per backward (Megatron-LM).
 - the step's samples are split over data-parallel replicas in proportion to replica speed, so
