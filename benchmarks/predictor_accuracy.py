@@ -63,10 +63,11 @@ def plan_vector(problem: PlacementProblem, mode, rollout, train, log2_mb, k, log
 
 
 def calibrated_cluster(profile: Path, workdir: Path) -> Path:
-    text = (REPO / "problems" / "clusters" / "local.yaml").read_text()
-    text = text.replace("node_groups:", f"profiles: {{cpu-local: {profile.resolve()}}}\nnode_groups:")
+    """The local cluster with `profile` as its cpu-local profile (whatever the shipped file names)."""
+    data = yaml.safe_load((REPO / "problems" / "clusters" / "local.yaml").read_text())
+    data["profiles"] = {"cpu-local": str(profile.resolve())}
     path = workdir / "local-calibrated.yaml"
-    path.write_text(text)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
