@@ -36,6 +36,10 @@ from problems.placement.enumerate import KV_GRID
 from problems.placement.problem import PlacementProblem
 
 SHORTLIST = 6
+# Branch-and-bound nodes per MILP. The shipped clusters' MILPs close within 21 nodes; on a
+# generated 32-pool cluster one MILP ran for minutes unbounded. At the limit the best integer
+# solution found so far is used (the full model scores it anyway).
+NODE_LIMIT = 500
 
 
 def _probe(prob: PlacementProblem, i: int, role: str) -> np.ndarray:
@@ -122,6 +126,7 @@ def solve(rho, rtp, tau, g, counts, price, budget):
     per GPU. Returns (rollout GPUs, training GPUs, engine TP option) per pool, or None."""
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
+    h.setOptionValue("mip_max_nodes", NODE_LIMIT)
     P, K = rho.shape
     kint = highspy.HighsVarType.kInteger
     e = [[h.addVariable(lb=0, ub=int(counts[i] // rtp[i, k]) if rho[i, k] > 0 else 0, type=kint)
@@ -144,7 +149,10 @@ def solve(rho, rtp, tau, g, counts, price, budget):
     h.addConstr(sum(d) >= 1)
     # tie-break toward the cheaper plan: 1e-6 of the rate per $/h
     h.maximize(train_rate - 1e-6 * float(max(tau.max(), 1e-9) * g) * spend)
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    status = h.getModelStatus()
+    stopped = (status == highspy.HighsModelStatus.kSolutionLimit
+               and h.getInfo().primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible)
+    if status != highspy.HighsModelStatus.kOptimal and not stopped:
         return None
     ev = np.rint([[h.val(v) for v in row] for row in e]).astype(int)
     dv = np.rint([h.val(v) for v in d]).astype(int)
