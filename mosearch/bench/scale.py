@@ -8,6 +8,7 @@ should scale with (the encoding has a few variables per pool).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +33,9 @@ LINK = {"bandwidth_gbs": 12.5, "latency_ms": 80, "egress_usd_per_gb": 0.02}
 INTER_NODE_GBS = 50  # 400 Gb/s per node, as the shipped clusters' us-east region
 GPUS_PER_NODE = 8
 TIME_LIMIT_S = 600.0  # the issue's target for 4096 GPUs
-KIND = "scale-cpu"  # cache records of this table (rows carry CPU seconds beside wall seconds)
+# cache records of this table (rows carry CPU seconds and the load average beside wall seconds);
+# "scale-cpu" rows predate the MILP baseline's node limit, without which 4096 GPUs never finished
+KIND = "scale-load"
 
 # (name, GPUs, pools): generated clusters; None pools = a shipped cluster
 SIZE_SERIES = (("mixed-8", 8, None), ("mixed-64", 64, None), ("gen-256-p8", 256, 8), ("hetero-1024", 1024, None),
@@ -100,11 +103,15 @@ def measure_one(name: str, path: Path) -> dict:
     settings = SearchSettings(evals=DEFAULT_SEARCH["evals"], pop_size=DEFAULT_SEARCH["pop_size"], seed=1,
                               progress=False, time_s=TIME_LIMIT_S)
     with tempfile.TemporaryDirectory() as tmp:
+        load0 = os.getloadavg()[0]
         t, c = time.perf_counter(), time.process_time()
         out = plan_run(str(path), str(wl), Path(tmp) / "run", settings, report=False)
         row["search_s"] = time.perf_counter() - t
         # CPU seconds of this process: what the search costs, whatever else shares the machine
         row["cpu_s"] = time.process_time() - c
+        # 1-minute load average at the start and the end: how contended the wall seconds are
+        row["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+        row["search_wall_s"] = float(out.result.wall_s)
     row["front"] = len(out.plans)
     row["evals"] = int(out.result.evaluations)
     row["complete"] = out.result.stop_reason == "budget"
