@@ -20,7 +20,7 @@ def mixed8():
     return p, sc.reference(p)
 
 
-@pytest.mark.parametrize("method", ["maoea-cs", "nsga3", "moead", "random"])
+@pytest.mark.parametrize("method", ["planner", "maoea-cs", "nsga3", "moead", "random"])
 def test_every_method_stops_exactly_at_the_budget(mixed8, method):
     p, ref = mixed8
     r = sc.run_method(p, method, 250, 1, ref.scale)
@@ -32,6 +32,36 @@ def test_every_method_stops_exactly_at_the_budget(mixed8, method):
     F = np.array(r["front"])
     assert len(F) > 0 and (F[:, 2] <= 1.0 + 1e-9).all()  # only feasible plans: memory fits
     assert r["hv"] == pytest.approx(ref.scale.hv(F), rel=1e-4)
+
+
+def test_planner_method_counts_grid_maoea_and_local_search(mixed8, monkeypatch):
+    """The product's pipeline on the equal budget: the corner grid (a fifth of it here), then
+    MaOEA-CS, then Pareto local search, every evaluation through the one recorder."""
+    from mosearch.planner import polish
+
+    p, ref = mixed8
+    batches, steps = [], []
+    record = sc.BudgetProblem.record
+
+    def spy(self, X, F, G):
+        batches.append(len(X))
+        record(self, X, F, G)
+
+    step = polish.ParetoLocalSearch.step
+
+    def spy_step(self):
+        steps.append(len(self.rec.archive.X))
+        step(self)
+
+    monkeypatch.setattr(sc.BudgetProblem, "record", spy)
+    monkeypatch.setattr(polish.ParetoLocalSearch, "step", spy_step)
+    r = sc.run_method(p, "planner", 2000, 1, ref.scale)
+    assert batches[0] == 2000 // 5  # the grid comes first and counts
+    # the batch that crosses the budget is cut (its rows past it are not recorded)
+    assert r["evaluations"] == min(sum(batches), 2000) and sum(batches[:-1]) < 2000
+    assert steps  # the local search ran on what MaOEA-CS left
+    plain = sc.run_method(p, "maoea-cs", 2000, 1, ref.scale)
+    assert r["front"] != plain["front"]
 
 
 def test_penalty_problem_hides_constraints_but_archives_only_feasible(mixed8):
