@@ -60,6 +60,7 @@ def _fixed_plan(tmp: Path, mode: str, k: int, chunks: int) -> Path:
 def _train_cfg(d: dict) -> dict:
     return dict(model="tiny", task="arithmetic", prompts_per_step=d["prompts_per_step"], group_size=d["group_size"],
                 max_new_tokens=d["max_new_tokens"], warm_start_steps=d["warm_start_steps"], lr=d["lr"],
+                lr_schedule=d["lr_schedule"], lr_final_ratio=d["lr_final_ratio"], mini_batches=d["mini_batches"],
                 temperature=d["temperature"], seed=d["seed"])
 
 
@@ -182,7 +183,8 @@ def main() -> None:
              f"Measured by `{cmd.strip()}` on {platform.machine()} CPU, {os.cpu_count()} cores shared with other jobs, "
              "no GPU; Ray local, vLLM CPU build, fp32. Load average (1/5/15 min) is noted per part: speeds are noisy.",
              "", "Demo defaults (`mosearch demo`, read from its parser): "
-             + ", ".join(f"{k}={d[k]}" for k in ("steps", "warm_start_steps", "lr", "prompts_per_step", "group_size",
+             + ", ".join(f"{k}={d[k]}" for k in ("steps", "warm_start_steps", "lr", "lr_schedule", "lr_final_ratio",
+                                                   "mini_batches", "prompts_per_step", "group_size",
                                                    "max_new_tokens", "temperature")) + "; task arithmetic "
              "(a+b or a-b, operands 0-19, non-negative results; 482 train / 128 held-out distinct prompts).", ""]
 
@@ -191,7 +193,8 @@ def main() -> None:
         plan = demo_plan(tmp, d) if args.curve_plan == "knee" else _fixed_plan(tmp, "disaggregated", 0, 2)
         lc = learning_curve(tmp, plan, d, args.minutes, args.eval_every)
         title = (f"tiny model, arithmetic, GRPO ({lc['mode']}, {args.curve_plan} plan); warm start {d['warm_start_steps']} "
-                 f"steps, lr {d['lr']:g}, {d['prompts_per_step']}x{d['group_size']}")
+                 f"steps, lr {d['lr']:g} {d['lr_schedule']}, {d['prompts_per_step']}x{d['group_size']}, "
+                 f"{d['mini_batches']} update(s)/step")
         plot(lc["curve"], outdir / "trainer_reward_curve.png", title)
         first, last = lc["curve"][0][2], lc["curve"][-1][2]
         best = max(c[2] for c in lc["curve"])
