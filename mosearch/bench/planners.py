@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evals", type=int, default=DEFAULT_EVALS, help=f"equal evaluation budget per run (default {DEFAULT_EVALS})")
     p.add_argument("--methods", default="all", help=f"comma list from: {', '.join(sc.SEARCH_METHODS)} (default all)")
     p.add_argument("--no-exact", action="store_true", help="skip the exhaustive enumeration on mixed-8")
-    p.add_argument("--scale", default="default", help="speed-and-scale part: 'default' (8..4096 GPUs), 'full' (also 1024 GPUs in 4-32 pools), 'quick' (8, 64), or 'none'")
+    p.add_argument("--scale", default="default", help="speed-and-scale part: 'default' (8..4096 GPUs, and 1024 GPUs in 4-32 pools; 'full' is the same), "
+                        "'quick' (8, 64), or 'none'")
     p.add_argument("--output", default=str(DEFAULT_OUTPUT), help="markdown table to write")
     p.add_argument("--cache", default=None, help="JSON-lines run cache (default: beside the output, *_runs.jsonl)")
     p.add_argument("--render-only", action="store_true", help="rebuild the table and plots from the cache")
@@ -319,7 +320,8 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
     lines += ["## 2. Anytime behaviour", "",
               "Evaluations and seconds (median over the seeds that get there, and how many do) until a run's "
               "hypervolume first reaches 95% and 99% of the best final median hypervolume of the scenario. "
-              "Plots: `planners/<scenario>.png` (median over seeds; HV against evaluations and against wall time).", ""]
+              f"Plots: `{plot_dir.name}/<scenario>.png` (median over seeds; HV against evaluations and against "
+              "wall time).", ""]
     head = ["scenario", "method", "final HV (median)", "evals to 95%", "s to 95%", "evals to 99%", "s to 99%",
             "front size (median)", "wall s (median)", "evals/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -342,7 +344,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
     for d in feasible:
         png = plot_dir / f"{_slug(d['sid'])}.png"
         if png.exists():
-            lines.append(f"![{d['sid']}](planners/{png.name})")
+            lines.append(f"![{d['sid']}]({plot_dir.name}/{png.name})")
     lines += [""]
 
     # 3. plan quality
@@ -393,8 +395,26 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
 
     # summary and targets at the top
     summary = _summary(wins, exact_ratio, ratios, scale_rows, feasible)
+    summary[-1:-1] = _other_budgets(plot_dir, evals)
     lines[summary_at:summary_at] = summary
     return "\n".join(lines) + "\n"
+
+
+def _other_budgets(plot_dir: Path, evals: int) -> list[str]:
+    """Headline lines of tables rendered at other budgets into the plot folder (a partial rerun
+    with `--output <plot folder>/<name>.md` and this table's cache), quoted with their source."""
+    out = []
+    for md in sorted(plot_dir.glob("*.md")) if plot_dir.is_dir() else []:
+        text = md.read_text().splitlines()
+        budget = next((l for l in text if l.startswith("- Budget: **")), "")
+        if f"**{evals:,} evaluations" in budget:
+            continue
+        keep = [l[2:] for l in text if l.startswith(("- Search quality:", "- Exact front,"))]
+        how = next((l for l in text if l.startswith("Regenerate with")), "")
+        if keep:
+            out.append(f"- At another budget, `{plot_dir.name}/{md.name}` ({budget[len('- Budget: '):].split('.')[0]}; "
+                       f"{how[len('Regenerate with '):].split(' (')[0]}): " + " ".join(keep))
+    return out
 
 
 def _reach(v, n, total, f) -> str:
@@ -451,10 +471,10 @@ def _summary(all_wins, all_exact, ratios, scale_rows, data) -> list[str]:
         n_win = sum(1 for w, *_ in wins.values() if w)
         share = n_win / len(wins)
         lost = {s: l for s, (w, l, *_) in wins.items() if not w}
-        out.append(f"- Search quality: the {name}'s median hypervolume is at least every baseline search method's "
-                   f"and every baseline planner's plans' on **{n_win}/{len(wins)} scenarios ({share:.0%})**; target "
-                   f">= {TARGET_SHARE:.0%}: **{'met' if share >= TARGET_SHARE else 'missed'}** (per scenario: "
-                   "section 1, second table).")
+        out.append(f"- Search quality: the planner's median hypervolume ({name}, as `mosearch plan` searches) is "
+                   f"at least every baseline search method's and every baseline planner's plans' on "
+                   f"**{n_win}/{len(wins)} scenarios ({share:.0%})**; target >= {TARGET_SHARE:.0%}: "
+                   f"**{'met' if share >= TARGET_SHARE else 'missed'}** (per scenario: section 1, second table).")
         won = [s for s, (w, *_) in wins.items() if w]
         if won:
             out.append("- Where it wins: " + ", ".join(won) + ".")
@@ -496,9 +516,9 @@ def _summary(all_wins, all_exact, ratios, scale_rows, data) -> list[str]:
     if scale_rows:
         big = max(scale_rows, key=lambda r: (r["gpus"], r["pools"]))
         fit = _slope(scale_rows)
-        from mosearch.bench.scale import SIZE_SERIES, TIME_LIMIT_S
+        from mosearch.bench.scale import POOL_SERIES, SIZE_SERIES, TIME_LIMIT_S
 
-        missing = [n for n, _, _ in SIZE_SERIES if n not in {r["cluster"] for r in scale_rows}]
+        missing = [n for n, _, _ in SIZE_SERIES + POOL_SERIES if n not in {r["cluster"] for r in scale_rows}]
         if missing:
             out.append(f"- Scale: **no finished measurement for {', '.join(missing)}**; the 4,096-GPU target "
                        f"(< {TIME_LIMIT_S:.0f} s) is unconfirmed for those.")
@@ -538,8 +558,8 @@ def _scale_section(rows: list[dict]) -> list[str]:
                    f"{r['cpu_s']:.1f} | {load} | {r['front']} |")
     at1024 = [r for r in rows if r["gpus"] == 1024]
     out += ["", "The machine is shared (1-minute load average in the table, 2 cores; other sessions' jobs take most "
-            "of the CPU), so wall seconds are inflated by waiting for a core and growth is fitted on the CPU seconds "
-            "of the benchmark process, which waiting does not count. Least-squares fit of log(CPU s of the whole "
+            "of the CPU), so wall seconds (and the plans/s columns, wall-clock rates) are inflated by waiting for a "
+            "core, and growth is fitted on the CPU seconds of the benchmark process, which waiting does not count. Least-squares fit of log(CPU s of the whole "
             f"default run) on log(pools), all rows: slope **{_slope(rows):.2f}** (1 = linear); on log(GPUs): "
             f"{_slope(rows, 'gpus'):.2f}"
             + (f"; at 1,024 GPUs, pools only: {_slope(at1024):.2f}" if len({r['pools'] for r in at1024}) > 1 else "")
@@ -670,4 +690,7 @@ def _flags(args) -> str:
         v = getattr(args, name)
         if v != default:
             out += f" --{name} {v}"
-    return out + (" --no-exact" if args.no_exact else "")
+    out += " --no-exact" if args.no_exact else ""
+    if Path(args.output) != DEFAULT_OUTPUT:
+        out += f" --output {args.output}"
+    return out + (f" --cache {args.cache}" if args.cache else "")

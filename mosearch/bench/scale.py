@@ -121,7 +121,8 @@ def measure_one(name: str, path: Path) -> dict:
 def measure(which: str, cache: Path, runs: dict, log, append) -> list[dict]:
     """Rows of the speed table for `which` ('default' or 'quick'), measured unless cached.
     `log=None`: only what is cached."""
-    series = {"full": SIZE_SERIES + POOL_SERIES, "default": SIZE_SERIES}.get(which, SIZE_SERIES[:2])
+    # default: both series, so growth in pools is also seen at a fixed GPU count
+    series = {"full": SIZE_SERIES + POOL_SERIES, "default": SIZE_SERIES + POOL_SERIES}.get(which, SIZE_SERIES[:2])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_clusters(Path(tmp), series)
