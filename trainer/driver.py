@@ -59,6 +59,7 @@ class RunConfig:
     lr_schedule: str = "constant"  # constant | cosine | linear: decay from lr to lr * lr_final_ratio
     lr_final_ratio: float = 0.1
     lr_decay_steps: int | None = None  # the schedule's horizon (default: steps)
+    lr_warmup_steps: int = 0  # linear ramp from lr / warmup to lr first: a fresh Adam state's first steps are sign-like
     mini_batches: int = 1  # optimizer updates per step, each on a slice of whole groups (PPO-style)
     kl_coef: float = 0.0
     clip_eps: float = 0.2
@@ -108,9 +109,12 @@ LR_SCHEDULES = ("constant", "cosine", "linear")
 
 def lr_at(cfg: RunConfig, step: int, horizon: int) -> float:
     """Learning rate of optimizer step `step` (0-based): stateless, so a resumed run continues the schedule."""
+    if step < cfg.lr_warmup_steps:
+        return cfg.lr * (step + 1) / cfg.lr_warmup_steps
     if cfg.lr_schedule == "constant":
         return cfg.lr
-    frac = min(1.0, step / max(1, horizon - 1))
+    w = cfg.lr_warmup_steps
+    frac = min(1.0, (step - w) / max(1, horizon - w - 1))
     final = cfg.lr * cfg.lr_final_ratio
     if cfg.lr_schedule == "linear":
         return cfg.lr + (final - cfg.lr) * frac

@@ -27,6 +27,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine", "linear"],
                    help="decay the learning rate over the run to lr x --lr-final-ratio")
     p.add_argument("--lr-final-ratio", type=float, default=0.1)
+    p.add_argument("--lr-warmup-steps", type=int, default=0, help="linear warm-up of the learning rate first")
     p.add_argument("--mini-batches", type=int, default=1,
                    help="optimizer updates per step, each on a slice of whole groups (PPO-style; > 1 trains on the "
                         "whole batch, without elastic pipelining)")
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
-        lr_final_ratio=args.lr_final_ratio, mini_batches=args.mini_batches, **shape,
+        lr_final_ratio=args.lr_final_ratio, lr_warmup_steps=args.lr_warmup_steps,
+        mini_batches=args.mini_batches, **shape,
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress,

@@ -38,3 +38,10 @@ def test_unknown_schedule_is_refused_with_the_key():
 
     with pytest.raises(InputError, match="lr_schedule"):
         Driver(_cfg("step"), plan=object())
+
+
+def test_warmup_ramps_linearly_then_the_decay_spans_the_rest():
+    cfg = RunConfig(plan="p.yaml", lr=1e-3, lr_schedule="linear", lr_final_ratio=0.1, lr_warmup_steps=10)
+    assert [lr_at(cfg, s, 110) for s in (0, 4, 9)] == pytest.approx([1e-4, 5e-4, 1e-3])
+    assert lr_at(cfg, 10, 110) == pytest.approx(1e-3)
+    assert lr_at(cfg, 109, 110) == pytest.approx(1e-4)
