@@ -229,7 +229,9 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
         f"are not counted. Population {sc.POP_SIZE} where the method takes one, seeds 1..{seeds}; "
         "one process, `OMP_NUM_THREADS=1`, on a shared 2-core machine "
         f"({platform.processor() or platform.machine()}, Python {platform.python_version()}). Wall times are "
-        "contended and indicative only.",
+        "contended and indicative only."
+        + ("" if len(methods) == len(sc.SEARCH_METHODS) else " Not run at this budget: "
+           + ", ".join(v for k, v in sc.SEARCH_METHODS.items() if k not in methods) + "."),
         "- Hypervolume: minimised objectives normalised by a **fixed reference per scenario**, computed once "
         "before any method runs from the planner's corner grid (seed 0): throughput axis 1 - t / (2 x fastest "
         "grid plan), cost / (price of every GPU of the cluster, or the dearest feasible grid plan if higher), "
@@ -411,8 +413,10 @@ def _other_budgets(plot_dir: Path, evals: int) -> list[str]:
             continue
         keep = [l[2:] for l in text if l.startswith(("- Search quality:", "- Exact front,"))]
         how = next((l for l in text if l.startswith("Regenerate with")), "")
+        skipped = budget.partition(" Not run at this budget: ")[2].rstrip(".")
         if keep:
-            out.append(f"- At another budget, `{plot_dir.name}/{md.name}` ({budget[len('- Budget: '):].split('.')[0]}; "
+            out.append(f"- At another budget, `{plot_dir.name}/{md.name}` ({budget[len('- Budget: '):].split('.')[0]}"
+                       + (f", except {skipped}" if skipped else "") + "; "
                        f"{how[len('Regenerate with '):].split(' (')[0]}): " + " ".join(keep))
     return out
 
