@@ -37,7 +37,7 @@ PENALTY = 1e6
 
 # method -> label, in table order
 SEARCH_METHODS = {
-    "planner": "planner: seeded MaOEA-CS + local search (ours)",
+    "planner": "planner: seeded MaOEA-CS + dedup + local search (ours)",
     "maoea-cs": "MaOEA-CS alone (ablation)",
     "maoea-cs-dedup": "MaOEA-CS + dedup (ablation)",
     "nsga3": "NSGA-III (pymoo)",
@@ -184,8 +184,9 @@ def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
 
 def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
     """What `mosearch plan` searches with, on the same budget as every method: the corner grid,
-    then `run_search` with the rest (MaOEA-CS seeded with the corners for half of it, Pareto
-    local search on the archive for the other half, `SearchSettings.polish`). Every evaluation
+    then `run_search` with the rest (MaOEA-CS seeded with the corners, with duplicate
+    elimination, for half of it, Pareto local search on the archive for the other half,
+    `SearchSettings.polish`). Every evaluation
     of the three parts goes through `bp`, so all count. Not counted: the baseline planners
     `mosearch plan` also runs for its report (their plans do not enter the front)."""
     from mosearch.planner.search import SearchSettings, run_search
