@@ -1,6 +1,6 @@
 """Plans evaluated per second by the placement model, per shipped cluster, on one core.
 
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/model_speed.py
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/model_speed.py [--out results/bench/model_speed.md]
 
 Times `problem._evaluate` (what pymoo calls: repair check + model + constraints) on repaired random
 populations of 10,000 plans, best of 5 repeats; also the repair alone.
@@ -36,7 +36,8 @@ def best_of(fn, repeats=5):
     return best
 
 
-def main(n: int = 10_000) -> None:
+def main(n: int = 10_000, out_path: str | None = None) -> None:
+    rows = []
     print(f"{'cluster':<12} {'workload':<18} {'pools':>5} {'vars':>4} {'evaluate plans/s':>17} {'repair plans/s':>15}")
     for cluster, workload in CASES:
         p = PlacementProblem.from_files(ROOT / "problems/clusters" / f"{cluster}.yaml",
@@ -48,7 +49,20 @@ def main(n: int = 10_000) -> None:
         t_eval = best_of(lambda: p._evaluate(X, out))
         t_rep = best_of(lambda: p.layout.repair(raw))
         print(f"{cluster:<12} {workload:<18} {p.layout.n_pools:>5} {p.n_var:>4} {n / t_eval:>17,.0f} {n / t_rep:>15,.0f}")
+        rows.append(f"| {cluster} | {workload} | {p.layout.n_pools} | {p.n_var} | {n / t_eval:,.0f} | {n / t_rep:,.0f} |")
+    if out_path:
+        from problems.atomic import atomic_write_text
+
+        load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+        atomic_write_text(out_path, "\n".join([
+            "# Placement model speed", "",
+            "Made by `python benchmarks/model_speed.py --out results/bench/model_speed.md`: plans per second of "
+            f"`PlacementProblem._evaluate` (repair check + model + constraints) on repaired random populations of "
+            f"{n:,} plans, best of 5 repeats, one thread, on this 2-core x86_64 machine (load average {load} at the end).",
+            "", "| cluster | workload | pools | variables | evaluate plans/s | repair plans/s |", "|---|---|---|---|---:|---:|",
+            *rows, ""]))
 
 
 if __name__ == "__main__":
-    main()
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+    main(out_path=out)
