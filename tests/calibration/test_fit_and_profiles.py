@@ -84,6 +84,15 @@ def write_profile(dir_, device_type="cpu-local"):
     return f
 
 
+def catalog_local(repo_root, dir_):
+    """The shipped local cluster without its profile: the catalog's cpu-local figures."""
+    data = yaml.safe_load((repo_root / "problems" / "clusters" / "local.yaml").read_text())
+    data.pop("profiles", None)
+    path = dir_ / "local-catalog.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def cluster_with_profile(dir_, gpu="cpu-local"):
     path = dir_ / "cluster.yaml"
     path.write_text("name: c\nregions: {r: {inter_node_gbs: 5}}\n"
@@ -101,7 +110,7 @@ def test_profile_replaces_catalog_figures_and_feeds_the_model(tmp_path, repo_roo
     assert cluster.pools[0].intra_gbs == fitted.intra_gbs
     workload = repo_root / "problems" / "workloads" / "tiny-grpo.yaml"
     calibrated = PlacementProblem.from_files(cluster_with_profile(tmp_path), workload)
-    catalog = PlacementProblem.from_files(repo_root / "problems" / "clusters" / "local.yaml", workload)
+    catalog = PlacementProblem.from_files(catalog_local(repo_root, tmp_path), workload)
     assert calibrated.efficiencies["cpu-local"]["decode_step_s"] == pytest.approx(fitted.decode_step_overhead_s)
     X = np.random.default_rng(0).uniform(catalog.xl, catalog.xu, (200, catalog.n_var))
     slow, fast = calibrated.evaluate_matrix(X)["step_s"], catalog.evaluate_matrix(X)["step_s"]
@@ -114,8 +123,8 @@ def test_profile_of_another_device_is_refused(tmp_path):
         load_cluster(cluster_with_profile(tmp_path))
 
 
-def test_run_overheads_add_per_call_and_per_step(repo_root):
-    cluster = repo_root / "problems" / "clusters" / "local.yaml"
+def test_run_overheads_add_per_call_and_per_step(repo_root, tmp_path):
+    cluster = catalog_local(repo_root, tmp_path)
     workload = repo_root / "problems" / "workloads" / "tiny-grpo.yaml"
     plain = PlacementProblem.from_files(cluster, workload)
     slow = PlacementProblem(plain.cluster, plain.workload,
@@ -128,8 +137,8 @@ def test_run_overheads_add_per_call_and_per_step(repo_root):
     assert np.all(b["step_s"] >= a["step_s"])
 
 
-def test_dp_microbatch_overhead_charges_each_micro_batch_of_a_rank_only_when_dp_exceeds_one(repo_root):
-    cluster = repo_root / "problems" / "clusters" / "local.yaml"
+def test_dp_microbatch_overhead_charges_each_micro_batch_of_a_rank_only_when_dp_exceeds_one(repo_root, tmp_path):
+    cluster = catalog_local(repo_root, tmp_path)
     workload = repo_root / "problems" / "workloads" / "tiny-grpo.yaml"
     plain = PlacementProblem.from_files(cluster, workload)
     ddp = PlacementProblem(plain.cluster, plain.workload, efficiencies={"cpu-local": {"dp_microbatch_s": 0.01}})
