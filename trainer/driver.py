@@ -444,9 +444,10 @@ class Driver:
                 s.advantage = a
         return samples
 
-    def _updates(self, samples: list[Sample], lr: float, s: int) -> list[dict]:
+    def _updates(self, samples: list[Sample], n_global: int, lr: float, s: int) -> list[dict]:
         """Train on a whole batch in `mini_batches` optimizer updates, each on consecutive whole groups
-        (GRPO's advantages are per group); returns each rank's stats, busy time summed over updates."""
+        (GRPO's advantages are per group; one update divides by `n_global`, several by their slice's
+        size); returns each rank's stats, busy time summed over updates."""
         n = self.cfg.group_size
         groups = [samples[i:i + n] for i in range(0, len(samples), n)]
         u = max(1, min(self.cfg.mini_batches, len(groups)))
@@ -454,7 +455,7 @@ class Driver:
         total: list[dict] | None = None
         for q in range(u):
             part = [x for g in groups[cuts[q]:cuts[q + 1]] for x in g]
-            refs = self._accumulate(part, len(part) if u > 1 else self.cfg.prompts_per_step * n, last=True)
+            refs = self._accumulate(part, len(part) if u > 1 else n_global, last=True)
             if q == 0:
                 self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
             self._gather(refs)
@@ -625,7 +626,7 @@ class Driver:
             self._gather(train_refs)
             stats = self._gather([w.apply.remote(lr) for w in self.workers])
         else:
-            stats = self._updates(samples_all, lr, s)
+            stats = self._updates(samples_all, n_global, lr, s)
         T.train += time.perf_counter() - t0
         self.version += 1
         self.step += 1

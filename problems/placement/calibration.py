@@ -71,6 +71,7 @@ def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_
     the decode bandwidth efficiency to the FLOP time, so that traffic is taken out of the
     measured step times before the FLOP rate (mfu) is fitted.
     """
+    from problems.placement.model.memory import state_bytes_per_param
     from problems.placement.model.training import layer_elementwise_bytes
 
     m = measurements
@@ -93,7 +94,7 @@ def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_
     # one micro-batch's forward + backward: the model adds the optimizer update once per step on its
     # own (Adam states streamed through memory); older profiles timed it with every grid step, so take
     # the model's own estimate of it out of those
-    adam_s = params * 2 * (4 + 4 + 8) / (bw_tbs * 1e12 * decode_eff)
+    adam_s = params * 2 * sum(state_bytes_per_param(bytes_per_elem)) / (bw_tbs * 1e12 * decode_eff)
     seconds = np.array([r["fwd_bwd_seconds"] if "fwd_bwd_seconds" in r else r["seconds"] - adam_s for r in tr]) - ew_s
     over_t, sec_per_flop = _line(flops, seconds)
     mfu = min(1.0, 1 / (sec_per_flop * tflops * 1e12))
