@@ -195,7 +195,7 @@ def main() -> int:
         + (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs (--analyse-only)."),
         "",
         "Two stages of calibration: **profile only** (micro-benchmarks of the device: matmul, bandwidth, "
-        "training steps, vLLM prefill/decode) and **profile + runs**, which adds two orchestration "
+        "training steps, vLLM prefill/decode) and **profile + runs**, which adds three orchestration "
         "overheads fitted from measured runs (seconds per rollout call and per training step: Ray round "
         "trips, reward scoring, batch assembly; seconds per micro-batch of a data-parallel rank when dp > 1) - fitted **leave-one-out**: each plan's prediction uses "
         "overheads fitted on the other plans' runs only.",
