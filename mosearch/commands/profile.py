@@ -22,7 +22,7 @@ GRIDS = {
                     rollout=dict(batches=(1, 8, 32, 64), prompt_lens=(16, 64), decode_tokens=32, repeats=5),
                     collective=dict(sizes=(2**20, 2**23, 2**25))),
     "quick": dict(matmul=dict(sizes=(256, 512)), bandwidth=dict(mib=(32,)),
-                  train=dict(micro_batches=(1, 4), seq_lens=(32, 64), repeats=2),
+                  train=dict(micro_batches=(1, 4), seq_lens=(32, 64), repeats=3),
                   rollout=dict(batches=(1, 8), prompt_lens=(16,), decode_tokens=8, repeats=1),
                   collective=dict(sizes=(2**20,), repeats=2)),
 }
