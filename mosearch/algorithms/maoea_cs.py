@@ -54,6 +54,10 @@ Extensions (each switchable, off means the entry's behaviour):
   ("vars") problems are not supported: encode them as a vector plus a mask.
 - `eliminate_duplicates=True`: offspring equal to a parent or each other are dropped
   before evaluation (useful on integer problems; off by default like the entry).
+- `switch_share=s`: phase 2 also begins once s of the evaluation budget is spent, whether
+  or not the nadir has settled. The entry's rule cannot fire before iteration 51, so on a
+  budget of a few dozen generations the whole run is phase 1 (90% corner mutation); the
+  planner's short searches use this. None (default): the entry's rule only.
 """
 
 from __future__ import annotations
@@ -146,6 +150,7 @@ class MaOEACS(GeneticAlgorithm):
         archive: bool = True,
         integer=None,
         eliminate_duplicates: bool = False,
+        switch_share: float | None = None,
         output=MultiObjectiveOutput(),
         **kwargs,
     ):
@@ -171,6 +176,9 @@ class MaOEACS(GeneticAlgorithm):
         self.round_pop_size = round_pop_size
         self.integer = integer
         self.dedup = bool(eliminate_duplicates)
+        if switch_share is not None and not 0 <= switch_share <= 1:
+            raise ValueError(f"switch_share must lie in [0, 1], got {switch_share}")
+        self.switch_share = switch_share
         # run state
         self.phase = 0
         self.switch_iter = None
@@ -278,6 +286,9 @@ class MaOEACS(GeneticAlgorithm):
         nadir = self.survival.nadir
         self.nadir_history.append(np.full(m, np.nan) if nadir is None else np.asarray(nadir, dtype=float))
         it, w = len(self.nadir_history), self.switch_window
+        if self.phase == 0 and self.switch_share is not None and self.budget and self.evaluator.n_eval >= self.switch_share * self.budget:
+            self.phase = 1
+            self.switch_iter = it
         if self.phase == 0 and it > w:
             old, new = self.nadir_history[-1 - w], self.nadir_history[-1]
             with np.errstate(divide="ignore", invalid="ignore"):

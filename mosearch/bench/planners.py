@@ -101,30 +101,45 @@ def _append(path: Path, runs: dict, r: dict) -> None:
     runs[_key(r)] = r
 
 
+def _current(runs: dict, key: tuple, fingerprint: str) -> dict | None:
+    """The cached record under `key` if the current model scored it (and, for a run, the method
+    had its current settings), else None."""
+    r = runs.get(key)
+    if r is None or r.get("fingerprint") != fingerprint:
+        return None
+    if key[0] == "run" and r.get("config", "") != sc.method_config(key[2]):
+        return None
+    return r
+
+
 def measure(scenarios, methods, seeds: int, evals: int, exact: bool, cache: Path, runs: dict, log=print) -> None:
     """Seeds outermost, so a run stopped half way still has every scenario at fewer seeds;
-    the slow enumeration last."""
+    the slow enumeration last. Cached items scored by another version of the performance model
+    (another fingerprint of the corner grid's predictions) are measured again."""
     live = []
     for cl, wl in scenarios:
         sid = sc.scenario_id(cl, wl)
         problem = sc.load_problem(cl, wl)
         ref = sc.reference(problem)
-        if ("reference", sid, None, None, None) not in runs:
+        fp = ref.fingerprint
+        if _current(runs, ("reference", sid, None, None, None), fp) is None:
+            if ("reference", sid, None, None, None) in runs:
+                log(f"{sid}: the model's predictions changed since the cached runs; measuring again")
             _append(cache, runs, {"kind": "reference", "scenario": sid, "feasible": ref.feasible,
-                                  "scale": ref.scale.as_dict()})
+                                  "scale": ref.scale.as_dict(), "fingerprint": fp})
         if not ref.feasible:
             log(f"{sid}: no feasible plan in the corner grid; skipped")
             continue
-        if runs.get(("baselines", sid, None, None, None), {}).get("source") != bp.source():
+        b = _current(runs, ("baselines", sid, None, None, None), fp)
+        if b is None or b.get("source") != bp.source():
             _append(cache, runs, {"kind": "baselines", "scenario": sid, "source": bp.source(),
-                                  "plans": bp.baseline_points(problem)})
+                                  "plans": bp.baseline_points(problem), "fingerprint": fp})
         live.append((cl, sid, problem, ref))
     warm = set()
     for seed in range(1, seeds + 1):
         for cl, sid, problem, ref in live:
             for m in methods:
-                k = ("run", sid, m, seed, evals)
-                if k in runs:
+                if _current(runs, ("run", sid, m, seed, evals), ref.fingerprint) is not None:
                     continue
                 if m not in warm:
                     # one untimed short run per method and process: JIT compilation (numba in
@@ -132,12 +147,14 @@ def measure(scenarios, methods, seeds: int, evals: int, exact: bool, cache: Path
                     sc.run_method(problem, m, 2 * sc.POP_SIZE, 0, ref.scale)
                     warm.add(m)
                 r = sc.run_method(problem, m, evals, seed, ref.scale)
-                _append(cache, runs, {"kind": "run", "scenario": sid, "method": m, "seed": seed, "evals": evals, **r})
+                _append(cache, runs, {"kind": "run", "scenario": sid, "method": m, "seed": seed, "evals": evals,
+                                      "fingerprint": ref.fingerprint, "config": sc.method_config(m), **r})
                 log(f"{sid} {m} seed {seed}: hv {r['hv']:.4f}, {r['wall_s']:.1f} s")
     for cl, sid, problem, ref in live:
-        if exact and cl in EXACT_CLUSTERS and ("exact", sid, None, None, None) not in runs:
+        if exact and cl in EXACT_CLUSTERS and _current(runs, ("exact", sid, None, None, None), ref.fingerprint) is None:
             log(f"{sid}: enumerating the exact front ...")
-            _append(cache, runs, {"kind": "exact", "scenario": sid, **bp.exact_front(problem)})
+            _append(cache, runs, {"kind": "exact", "scenario": sid, "fingerprint": ref.fingerprint,
+                                  **bp.exact_front(problem)})
             log(f"{sid}: exact front {len(runs[('exact', sid, None, None, None)]['front'])} plans")
 
 
@@ -161,22 +178,24 @@ def _fmt(x, digits=4) -> str:
 
 
 def scenario_data(runs: dict, sid: str, methods, seeds: int, evals: int) -> dict | None:
+    """Everything cached for one scenario that the model of its latest reference scored."""
     ref = runs.get(("reference", sid, None, None, None))
     if ref is None:
         return None
+    fp = ref.get("fingerprint")
     d = {"sid": sid, "feasible": ref["feasible"], "scale": ref["scale"], "runs": {}, "baselines": {}, "exact": None}
     if not ref["feasible"]:
         return d
     for m in methods:
-        rs = [runs[k] for s in range(1, seeds + 1) if (k := ("run", sid, m, s, evals)) in runs]
+        rs = [r for s in range(1, seeds + 1) if (r := _current(runs, ("run", sid, m, s, evals), fp)) is not None]
         if rs:
             d["runs"][m] = rs
-    b = runs.get(("baselines", sid, None, None, None))
+    b = _current(runs, ("baselines", sid, None, None, None), fp)
     if b:
         d["baseline_source"] = b["source"]
         for name, rec in b["plans"].items():
             d["baselines"][name] = {**rec, "hv": _hv(ref["scale"], rec["front"])}
-    e = runs.get(("exact", sid, None, None, None))
+    e = _current(runs, ("exact", sid, None, None, None), fp)
     if e:
         d["exact"] = {**e, "hv": _hv(ref["scale"], e["front"])}
     return d
@@ -218,13 +237,19 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
     skipped = [d["sid"] for d in data if not d["feasible"]]
     lines = ["# Planners: search quality, anytime behaviour, plan quality, speed", ""]
     summary_at = len(lines)
+    from mosearch.planner.search import SearchSettings
+
+    polish, switch = SearchSettings().polish, SearchSettings().switch_share or 1.0
     lines += [
         f"Regenerate with `{command}` (runs cached in `planners_runs.jsonl` beside this file; delete it to re-measure).",
         "",
         f"- Budget: **{evals:,} evaluations per run for every search method**. The planner's every evaluation "
         "counts inside it: its corner grid (`mosearch plan`'s 3,000 plans, cut to a fifth of the budget when "
-        "smaller), seeded MaOEA-CS on half the rest, Pareto local search on the other half (it may stop early "
-        "when no neighbour is fresh, never late); the MaOEA-CS ablations count their grid the same way. "
+        f"smaller), seeded MaOEA-CS on {1 - polish:.0%} of the rest (phase 2 from {switch:.0%} of that part at the "
+        f"latest), Pareto local search on the last {polish:.0%} (it may stop early "
+        "when no neighbour is fresh, never late); the MaOEA-CS ablations count their grid the same way and keep "
+        "the entry's phase switch rule; runs cached by the model or search settings of another version "
+        "are measured again. "
         "`mosearch plan` also runs the baseline planners for its report; they are not part of its search and "
         f"are not counted. Population {sc.POP_SIZE} where the method takes one, seeds 1..{seeds}; "
         "one process, `OMP_NUM_THREADS=1`, on a shared 2-core machine "

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mosearch.bench.scenarios import PRODUCT, method_config
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = "qwen2.5-7b-grpo"
 
@@ -124,17 +126,19 @@ def measure(which: str, cache: Path, runs: dict, log, append) -> list[dict]:
     # default: both series, so growth in pools is also seen at a fixed GPU count
     series = {"full": SIZE_SERIES + POOL_SERIES, "default": SIZE_SERIES + POOL_SERIES}.get(which, SIZE_SERIES[:2])
     rows = []
+    config = method_config(PRODUCT)  # rows measured with other search settings are measured again
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_clusters(Path(tmp), series)
         for name, _, _ in series:
             # a row's "evals" is what the search did; "budget" is what it was given
             def cached():
                 return next((r for r in reversed(list(runs.values())) if r.get("kind") == KIND and r["scenario"] == name
-                             and r.get("budget", DEFAULT_SEARCH["evals"]) == DEFAULT_SEARCH["evals"]), None)
+                             and r.get("budget", DEFAULT_SEARCH["evals"]) == DEFAULT_SEARCH["evals"]
+                             and r.get("config", "") == config), None)
 
             if cached() is None and log is not None:
                 r = measure_one(name, paths[name])
-                append(cache, runs, {"kind": KIND, "scenario": name, "budget": DEFAULT_SEARCH["evals"], **r})
+                append(cache, runs, {"kind": KIND, "scenario": name, "budget": DEFAULT_SEARCH["evals"], "config": config, **r})
                 log(f"scale {name}: {r['gpus']} GPUs, {r['pools']} pools, {r['search_s']:.1f} s ({r['cpu_s']:.1f} s CPU), "
                     f"{r['rate_10k']:,.0f} plans/s")
             if cached() is not None:

@@ -13,6 +13,8 @@ no method's result.
 
 from __future__ import annotations
 
+import hashlib
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +76,23 @@ class Reference:
     scale: HVScale
     feasible: bool
     corners: seeding.Corners
+    # what the performance model says about the corner grid: runs cached under another
+    # fingerprint were scored by another version of the model and are not comparable
+    fingerprint: str
+
+
+def model_fingerprint(corners: seeding.Corners) -> str:
+    """A short hash of the model's predictions on the (seeded, fixed) corner grid."""
+    M = np.column_stack([corners.thr, corners.cost, corners.mem, corners.stale, corners.ok])
+    digest = hashlib.sha256(np.asarray(corners.X, dtype=float).tobytes())
+    digest.update(np.array([float(f"{v:.9g}") for v in M.ravel()]).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def reference(problem: PlacementProblem) -> Reference:
     corners = seeding.Corners(problem, seed=0)
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
-    return Reference(scale, bool(corners.ok.any()), corners)
+    return Reference(scale, bool(corners.ok.any()), corners, model_fingerprint(corners))
 
 
 class BudgetReached(Exception):
@@ -143,6 +156,17 @@ class BudgetProblem(Problem):
             self.curve.append((self.n_evals, wall, hv))
 
 
+def method_config(method: str) -> str:
+    """The settings a cached run of `method` was made with, where they can change between versions
+    (the planner's search settings); a run cached under other settings is measured again."""
+    if method != PRODUCT:
+        return ""
+    from mosearch.planner.search import SearchSettings
+
+    s = SearchSettings()
+    return f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share}"
+
+
 def run_method(problem: PlacementProblem, method: str, budget: int, seed: int, scale: HVScale) -> dict:
     """Run one method to `budget` evaluations; returns the record cached by the benchmark."""
     bp = BudgetProblem(problem, budget, scale, penalty=(method == "moead"))
@@ -185,8 +209,8 @@ def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
 def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
     """What `mosearch plan` searches with, on the same budget as every method: the corner grid,
     then `run_search` with the rest (MaOEA-CS seeded with the corners, with duplicate
-    elimination, for half of it, Pareto local search on the archive for the other half,
-    `SearchSettings.polish`). Every evaluation
+    elimination and a phase switch by 30% of its part at the latest, then Pareto local search on
+    the archive for the last `SearchSettings.polish` share). Every evaluation
     of the three parts goes through `bp`, so all count. Not counted: the baseline planners
     `mosearch plan` also runs for its report (their plans do not enter the front)."""
     from mosearch.planner.search import SearchSettings, run_search

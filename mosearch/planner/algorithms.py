@@ -39,7 +39,8 @@ def check_name(name: str) -> None:
         raise InputError(None, "--algorithm", f"unknown algorithm {name!r}", f"one of: {', '.join(names())}")
 
 
-def make_maoea(problem, pop_size: int, seeds, max_evals: int | None, dedup: bool = False):
+def make_maoea(problem, pop_size: int, seeds, max_evals: int | None, dedup: bool = False,
+               switch_share: float | None = None):
     from mosearch.algorithms import MaOEACS
 
     # Bounded SBX: every placement variable is a bounded integer or fraction, and the entry's
@@ -47,7 +48,7 @@ def make_maoea(problem, pop_size: int, seeds, max_evals: int | None, dedup: bool
     # mixed-8 (grid ratio against the exact front, 60k evaluations, seeds 1-3) bounded SBX gave
     # 0.986 / 0.999 / 0.994, unbounded 0.968 / 0.987 / 0.988 (benchmarks/planner_targets.py).
     return MaOEACS(pop_size=pop_size, sampling=seeds, repair=problem_repair(problem), max_evals=max_evals,
-                   sbx="pymoo", eliminate_duplicates=dedup)
+                   sbx="pymoo", eliminate_duplicates=dedup, switch_share=switch_share)
 
 
 def baseline_runner(name: str):

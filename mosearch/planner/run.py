@@ -125,7 +125,7 @@ def _structural_reason(problem) -> str | None:
     return explain_infeasible(problem.cluster, problem.workload) or None
 
 
-SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish")
+SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share")
 
 
 def _inputs(cluster, workload, problem) -> dict:
@@ -157,7 +157,7 @@ def resume_run(out: str | Path, progress: bool = True, time_s: float | None = No
         raise InputError(str(out), None, "this run is complete; nothing to resume", "an interrupted run directory")
     try:
         _check_unchanged(run)
-        settings = SearchSettings(progress=progress, **{k: run["settings"][k] for k in SETTINGS_SAVED})
+        settings = SearchSettings(progress=progress, **{k: run["settings"][k] for k in SETTINGS_SAVED if k in run["settings"]})
         limits = Limits(**run["limits"])
         run_id = str(run["run_id"])
     except (KeyError, TypeError, AttributeError) as err:

@@ -53,6 +53,19 @@ def test_phase_switch_fires_once_nadir_settles():
         assert not np.nanmax(np.abs(h[j] - h[j - 50]) / np.abs(h[j - 50])) < 3e-3
 
 
+def test_switch_share_starts_phase_two_at_that_share_of_the_budget():
+    problem = get_problem("dtlz2", n_var=7, n_obj=3)
+    res = minimize(problem, MaOEACS(pop_size=30, switch_share=0.25), ("n_eval", 1500), seed=3)
+    algo = res.algorithm
+    # 50 generations of 30: the entry's rule could not fire before iteration 51
+    assert algo.phase == 1
+    assert algo.switch_iter == 13  # first selection after 375 evaluations: 30 initial + 12 x 30 = 390
+    assert algo.operator_counts[(1, "sbx")] > algo.operator_counts[(1, "corner")]
+    assert minimize(problem, MaOEACS(pop_size=30), ("n_eval", 1500), seed=3).algorithm.phase == 0
+    with pytest.raises(ValueError, match="switch_share"):
+        MaOEACS(switch_share=1.5)
+
+
 def test_phase_switch_is_one_way():
     problem = get_problem("dtlz2", n_var=7, n_obj=3)
     seen = []

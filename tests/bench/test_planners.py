@@ -126,3 +126,33 @@ def test_smoke_run_writes_every_method(tmp_path):
     # a re-run with the same options measures nothing new
     assert main(args) == 0
     assert len((tmp_path / "planners_runs.jsonl").read_text().splitlines()) == len(cache)
+
+
+def test_runs_scored_by_another_model_version_are_left_out():
+    ref = {"kind": "reference", "scenario": "s", "feasible": True, "fingerprint": "new",
+           "scale": {"throughput_samples_s": 10.0, "cost_usd_h": 10.0, "staleness": 1.0}}
+    run = {"kind": "run", "scenario": "s", "method": "random", "evals": 200, "hv": 0.5, "curve": [], "front": []}
+    runs = {("reference", "s", None, None, None): ref,
+            ("run", "s", "random", 1, 200): {**run, "seed": 1, "fingerprint": "new"},
+            ("run", "s", "random", 2, 200): {**run, "seed": 2, "fingerprint": "old"},
+            ("run", "s", "random", 3, 200): {**run, "seed": 3}}  # written before fingerprints existed
+    d = planners.scenario_data(runs, "s", ["random"], 3, 200)
+    assert [r["seed"] for r in d["runs"]["random"]] == [1]
+
+
+@pytest.mark.slow
+def test_a_changed_model_measures_cached_runs_again(tmp_path):
+    from mosearch.cli import main
+
+    out = tmp_path / "planners.md"
+    cache = tmp_path / "planners_runs.jsonl"
+    args = ["bench", "planners", "--scenarios", "mixed-8:qwen2.5-7b-grpo", "--seeds", "1", "--evals", "200",
+            "--methods", "random", "--scale", "none", "--no-exact", "--output", str(out)]
+    assert main(args) == 0
+    first = [json.loads(line) for line in cache.read_text().splitlines()]
+    # pretend every cached item came from another version of the model
+    cache.write_text("".join(json.dumps({**r, "fingerprint": "stale"}) + "\n" for r in first))
+    assert main(args) == 0
+    second = [json.loads(line) for line in cache.read_text().splitlines()][len(first):]
+    assert sorted(r["kind"] for r in second) == ["baselines", "reference", "run"]
+    assert all(r["fingerprint"] != "stale" for r in second)

@@ -23,7 +23,9 @@ from mosearch.planner.search import SearchSettings
 ROOT = Path(__file__).resolve().parents[2]
 MIXED8 = ROOT / "problems" / "clusters" / "mixed-8.yaml"
 QWEN7 = ROOT / "problems" / "workloads" / "qwen2.5-7b-grpo.yaml"
-ARGS = ["--evals", "4000", "--pop-size", "40", "--seed", "5", "--quiet", "--no-report", "--checkpoint-every", "5"]
+# enough that the local search (the last quarter) takes several batches
+EVALS = "8000"
+ARGS = ["--evals", EVALS, "--pop-size", "40", "--seed", "5", "--quiet", "--no-report", "--checkpoint-every", "5"]
 
 
 def plan_args(out, cluster=MIXED8, workload=QWEN7):
@@ -56,7 +58,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_front(reference, tmp_path):
     assert state.exists(), "the run ended before its first checkpoint"
     assert not (out / "front.json").exists(), "killed too late: the run had finished"
     meta, _ = ckpt.read_state(out / "checkpoint", ckpt.read_run(out / "checkpoint")["run_id"])
-    assert meta["n_evals"] < 4000
+    assert meta["n_evals"] < int(EVALS)
 
     assert main(["plan", "--resume", str(out), "--quiet", "--no-report"]) == 0
     assert (out / "front.csv").read_text() == (reference / "front.csv").read_text()
@@ -65,12 +67,12 @@ def test_sigkill_then_resume_gives_the_uninterrupted_front(reference, tmp_path):
     assert main(["plan", "--resume", str(out), "--quiet"]) == 2  # nothing left to resume
 
 
-# MaOEA-CS spends half the budget in batches of at most 40 (duplicates dropped), the local
+# MaOEA-CS spends three quarters of the budget in batches of at most 40 (duplicates dropped), the local
 # search the rest in a few large batches after it
 @pytest.mark.parametrize("every,phase", [(5, "maoea"), (1, "polish")])
 def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, every, phase):
     out = tmp_path / "run"
-    settings = SearchSettings(evals=4000, seed=5, pop_size=40, progress=False)
+    settings = SearchSettings(evals=int(EVALS), seed=5, pop_size=40, progress=False)
     seen, big = [0], [0]
 
     def interrupt(row, stop):
@@ -82,7 +84,7 @@ def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, e
 
     first = plan_run(str(MIXED8), str(QWEN7), out, settings, Limits(), on_generation=interrupt, report=False,
                      checkpoint_every=every)
-    assert first.result.partial and first.result.evaluations < 4000
+    assert first.result.partial and first.result.evaluations < int(EVALS)
     meta, _ = ckpt.read_state(out / "checkpoint", ckpt.read_run(out / "checkpoint")["run_id"])
     assert meta["phase"] == phase
     again = resume_run(out, progress=False, report=False)
@@ -94,7 +96,7 @@ def test_resume_refuses_changed_specs_and_foreign_state(tmp_path, capsys):
     cluster = tmp_path / "cluster.yaml"
     shutil.copy(MIXED8, cluster)
     out = tmp_path / "run"
-    settings = SearchSettings(evals=4000, seed=5, pop_size=40, progress=False)
+    settings = SearchSettings(evals=int(EVALS), seed=5, pop_size=40, progress=False)
 
     def interrupt(row, stop):
         if row["generation"] >= 8:
