@@ -83,6 +83,28 @@ def kendall_tau(a, b) -> float:
     return float(s.sum() / len(s))
 
 
+def step_throughputs(run_dir: Path) -> list[float]:
+    """Samples/s of each training step after the first (the steady state the summary averages)."""
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [m for m in steps if not m.get("eval_only")]
+    return [m["samples"] / m["time"]["wall"] for m in steps[1:] if m["time"]["wall"] > 0]
+
+
+def discordant_pairs(rows: list[dict], alpha: float = 0.05) -> list[tuple[str, str, float, float]]:
+    """Pairs the model orders against the measurement: (a, b, Welch t-test p-value of the two runs'
+    per-step throughputs, predicted difference in %). A pair with p >= alpha is a measured tie."""
+    from scipy.stats import ttest_ind
+
+    out = []
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            a, b = rows[i], rows[j]
+            if np.sign(a["pred_sps"] - b["pred_sps"]) * np.sign(a["meas_sps"] - b["meas_sps"]) < 0:
+                p = float(ttest_ind(a["step_sps"], b["step_sps"], equal_var=False).pvalue)
+                out.append((a["plan"], b["plan"], p, 100 * abs(a["pred_sps"] / b["pred_sps"] - 1)))
+    return out
+
+
 def predict(problem_for, name: str, overheads: dict | None) -> dict:
     problem = problem_for(overheads)
     return problem.decode(plan_vector(problem, *PLANS[name]), plan_id=name, lifetime=False).predicted
@@ -161,7 +183,8 @@ def main() -> int:
                      "pred0_step_s": p0["step_s"], "pred0_sps": p0["throughput_samples_s"],
                      "pred0_rollout_s": p0["rollout_s"], "pred0_train_s": p0["train_s"],
                      "pred_stale": p0["staleness"], "dp": int(p0["dp"]),
-                     "rank_micro_batches": rank_micro_batches(base, name, int(p0["dp"]))})
+                     "rank_micro_batches": rank_micro_batches(base, name, int(p0["dp"])),
+                     "step_sps": step_throughputs(out)})
         print(json.dumps(rows[-1]), flush=True)
 
     # stage 2, held out: each plan predicted with overheads fitted on the OTHER plans' runs
@@ -181,6 +204,8 @@ def main() -> int:
     tau = kendall_tau([r["pred_sps"] for r in rows], [r["meas_sps"] for r in rows])
     order_pred = [r["plan"] for r in sorted(rows, key=lambda r: -r["pred_sps"])]
     order_meas = [r["plan"] for r in sorted(rows, key=lambda r: -r["meas_sps"])]
+    against = discordant_pairs(rows)
+    significant = [d for d in against if d[2] < 0.05]
     worst = sorted(rows, key=lambda r: -ape(r["pred_step_s"], r["meas_step_s"]))[:2]
     run_loads = ", ".join("/".join(f"{x:.1f}" for x in r["load"]) if r["load"] else "not recorded" for r in rows)
     lines = [
@@ -217,6 +242,12 @@ def main() -> int:
         f"(target <= 15%, aim 8%); ranking by throughput Kendall tau {tau:.2f} "
         f"({'the same order' if order_pred == order_meas else 'orders differ'}).",
         f"- Predicted order: {', '.join(order_pred)}. Measured order: {', '.join(order_meas)}.",
+        f"- Ranking, pair by pair: of {len(rows) * (len(rows) - 1) // 2} pairs the model orders {len(against)} against the "
+        f"measurement, {len(significant)} of them measurably (two runs' per-step throughputs apart by a Welch t-test, "
+        f"p < 0.05): the ranking **{'matches' if not significant else 'does not match'}** on every pair the "
+        "measurements can tell apart."
+        + ("".join(f" {a} / {b}: predicted {d:.1f}% apart, measured p = {p:.2f};" for a, b, p, d in against)[:-1] + "."
+           if against else ""),
         f"- Staleness, mean absolute error: {np.mean([abs(r['pred_stale'] - r['meas_stale']) for r in rows]):.2f} versions.",
         f"- Overheads fitted on all runs (written into the profile): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms, "
         f"training step {overall['train_call_s'] * 1e3:.0f} ms, micro-batch of a rank when dp > 1 "
@@ -233,8 +264,8 @@ def main() -> int:
     lines += ["", "## Worst plans (profile + runs)", ""]
     for r in worst:
         lines.append(f"- {r['plan']}: step {r['pred_step_s']:.3f} s predicted vs {r['meas_step_s']:.3f} s measured.")
-    lines += ["", "What the model misses: (1) per-call costs of the vLLM engine inside a Ray actor (about 80 ms per "
-              "call here) are absent from the micro-benchmarks, so profile-only predictions of the rollout phase are "
+    lines += ["", "What the model misses: (1) per-call costs of the vLLM engine inside a Ray actor (about "
+              f"{overall['rollout_call_s'] * 1e3:.0f} ms per call here) are absent from the micro-benchmarks, so profile-only predictions of the rollout phase are "
               "2-3x short and only the run-fitted overhead covers them; (2) ranks of a data-parallel group cost "
               "more per micro-batch than the single-device micro-benchmark (DDP hooks, and two ranks plus the driver "
               "and engines on two shared cores), which the dp > 1 micro-batch term absorbs; (3) the measured rollout "
