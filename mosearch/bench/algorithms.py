@@ -158,7 +158,9 @@ def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str]
         f"- **Equal budget**: every algorithm gets {evals:,} evaluations per run, i.e. about {evals // 125} generations",
         f"  at M = 5 and {evals // 250} at M = 10 (the competition gave max(100,000, 10,000 D), 100k-2.1M; that grid",
         "  is out of reach on two shared CPU cores for seven algorithms). This measures early progress: MaOEA-CS",
-        "  cannot leave its corner-search phase before iteration 51. Entries: mean IGD ± standard deviation over the seeds run (n given per block) of the",
+        f"  (the entry's phase rule) cannot leave its corner-search phase before iteration 51, and the budget gives it "
+        f"{evals // 125} and {evals // 250} generations.",
+        "  Entries: mean IGD ± standard deviation over the seeds run (n given per block) of the",
         "  final feasible non-dominated set. **Bold**: best mean of the row; *(=)*: not distinguishable from the",
         f"  best by a two-sided Mann-Whitney U test at p > {TIE_P} (with 5 seeds only large gaps are significant).",
         "  Random search is a floor, not ranked: it returns every non-dominated sample (often thousands of",
