@@ -149,10 +149,11 @@ def _fmt(x: float) -> str:
     return f"{x:.3e}" if (abs(x) < 1e-2 or abs(x) >= 1e3) else f"{x:.4f}"
 
 
-def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str], evals: int, full_problems: list[str]) -> str:
+def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str], evals: int, full_problems: list[str],
+           command: str = "mosearch bench algorithms", cache_name: str = "maf_runs.jsonl") -> str:
     lines = ["# MaOEA-CS on MaF1-MaF15: IGD against the CEC'2017 reference fronts", ""]
     lines += [
-        "Regenerate with `mosearch bench algorithms` (runs are cached in `maf_runs.jsonl` beside this file;",
+        f"Regenerate with `{command}` (runs are cached in `{cache_name}`;",
         "options `--problems`, `--m`, `--seeds`, `--evals`, `--algorithms`, `--full-problems` re-run parts).",
         "",
         f"- **Equal budget**: every algorithm gets {evals:,} evaluations per run, i.e. about {evals // 125} generations",
@@ -295,7 +296,14 @@ def run(args: argparse.Namespace) -> int:
     all_algs = [a for a in REGISTRY if any(r["algorithm"] == a and r["evals"] == args.evals for r in runs.values())] or algorithms
     all_ms = sorted({r["m"] for r in runs.values()} | set(ms))
     all_full = sorted({r["problem"] for r in runs.values() if r["evals"] == "full"} | set(full_problems), key=lambda s: int(s[3:]))
-    text = render(runs, list(PROBLEMS), all_ms, all_algs, args.evals, all_full)
+    command = "mosearch bench algorithms"
+    if args.evals != DEFAULT_EVALS:
+        command += f" --evals {args.evals}"
+    if output != DEFAULT_OUTPUT:
+        command += f" --output {args.output}"
+    if args.cache:
+        command += f" --cache {args.cache}"
+    text = render(runs, list(PROBLEMS), all_ms, all_algs, args.evals, all_full, command, cache.name)
     atomic_write_text(output, text)
     print(f"wrote {output}")
     return 0

@@ -18,6 +18,7 @@ def test_small_run_writes_table_and_cache(tmp_path, capsys):
     text = out.read_text()
     assert "| MaF1 | 0.1226 |" in text and "MaOEA-CS (ours)" in text and "600 evaluations" in text
     assert "**" in text  # a best cell is marked
+    assert f"`mosearch bench algorithms --evals 600 --output {out}`" in text  # regenerates this very table
     assert not list(tmp_path.glob(".*.tmp"))  # no temp file left behind
 
     # a second call finds everything cached and only re-renders
