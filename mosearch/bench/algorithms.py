@@ -5,7 +5,7 @@ re-run (`--problems`, `--m`, `--seeds`, `--algorithms`) only computes what is mi
 and the table is always rebuilt from everything measured so far:
 
 1. equal budget: every algorithm of the registry gets the same number of evaluations
-   (`--evals`, default 10,000) on every instance; IGD of its final feasible
+   (`--evals`, default 20,000) on every instance; IGD of its final feasible
    non-dominated set against the competition reference front;
 2. full budget: MaOEA-CS alone at the competition budget max(1e5, 1e4 D)
    (`--full-problems`), the numbers comparable with the entry's published IGD.
@@ -30,7 +30,7 @@ from problems.benchmarks.maf import PROBLEMS, get_problem
 from problems.errors import InputError
 
 DEFAULT_OUTPUT = Path("results/bench/maf.md")
-DEFAULT_EVALS = 5_000
+DEFAULT_EVALS = 20_000
 DEFAULT_SEEDS = 5
 DEFAULT_MS = (5, 10)
 DEFAULT_FULL = tuple(f"MaF{i}" for i in range(1, 14))
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problems", default="all", help="comma list or ranges, e.g. MaF1-MaF7,MaF13 (default: all 15)")
     p.add_argument("--m", default="5,10", help="objective counts, comma list (default 5,10)")
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="runs per instance, seeds 1..S (default 5)")
-    p.add_argument("--evals", type=int, default=DEFAULT_EVALS, help="equal evaluation budget of part 1 (default 5000)")
+    p.add_argument("--evals", type=int, default=DEFAULT_EVALS, help=f"equal evaluation budget of part 1 (default {DEFAULT_EVALS})")
     p.add_argument("--algorithms", default="all", help=f"comma list from: {', '.join(REGISTRY)} (default: all)")
     p.add_argument("--full-problems", default=",".join(DEFAULT_FULL),
                    help="problems for MaOEA-CS at the competition budget; 'none' to skip (default MaF1-MaF13)")
