@@ -78,6 +78,7 @@ from mosearch.algorithms.operators import Explorative, corner_mutation, mutation
 
 PHASE_DELTA = (0.9, 0.1)  # probability of corner search in phase 1 / phase 2 (report)
 SWITCH_WINDOW = 50  # iterations between compared nadir estimates (MOEARNS.m)
+PLANNER_SWITCH_SHARE = 0.3  # switch_share of `mosearch plan`'s searches (chosen there: planner/search.py)
 SWITCH_TOL = 1e-3  # per-objective tolerance; the threshold is SWITCH_TOL * M (MOEARNS.m)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mosearch.algorithms.maoea_cs import PLANNER_SWITCH_SHARE
 from mosearch.planner import algorithms
 from mosearch.planner import checkpoint as ckpt
 from mosearch.planner.hv import HVScale
@@ -52,7 +53,7 @@ class SearchSettings:
     # rule the planner's median hypervolume at 3,000 evaluations (seeds 1-5) was at least every
     # baseline's on 7 of 11 `mosearch bench planners` scenarios; polish 0.25 with switch_share 0.3
     # on 10 (h100-64 x 32B 0.287 -> 0.317, mixed-64 x 32B 0.305 -> 0.347).
-    switch_share: float | None = 0.3
+    switch_share: float | None = PLANNER_SWITCH_SHARE
 
 
 @dataclass

@@ -39,3 +39,18 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_problem_ranges():
     assert parse_problems("MaF3-MaF5,maf1") == ["MaF3", "MaF4", "MaF5", "MaF1"]
     assert len(parse_problems("all")) == 15 and parse_problems("none") == []
+
+
+def test_a_variant_of_ours_is_scored_against_the_baselines_only():
+    import numpy as np
+
+    from mosearch.bench.algorithms import _mark_best, _variant_cell
+
+    samples = {"maoea-cs": np.array([0.10, 0.11, 0.10, 0.12, 0.10]),  # ours beats everyone
+               "nsga3": np.array([0.30, 0.31, 0.29, 0.30, 0.32]),
+               "random": np.array([0.01, 0.01, 0.01, 0.01, 0.01])}  # a floor: never the bar
+    text, win = _variant_cell(np.array([0.29, 0.30, 0.31, 0.30, 0.28]), samples)
+    assert win and text.endswith("✓")  # tied with NSGA-III, the best baseline; ours is not its bar
+    text, win = _variant_cell(np.array([0.50, 0.52, 0.51, 0.50, 0.53]), samples)
+    assert not win and "✓" not in text
+    assert _mark_best(samples, list(samples))["maoea-cs"].startswith("**")
