@@ -6,9 +6,9 @@ output and stops at the same number of evaluations:
 
 - `maoea-cs`: ours, N = 25 M (the competition's population sizes, 125 / 250 at
   M = 5 / 10), archive off (the benchmark scores the final population);
-- `maoea-cs-switch`: the same with `switch_share=0.3`, the phase switch `mosearch plan`
-  uses (phase 2 by 30% of the budget at the latest; the share was chosen on the placement
-  problem, `mosearch/planner/search.py`);
+- `maoea-cs-switch`: the same with the phase switch `mosearch plan` uses
+  (`switch_share=PLANNER_SWITCH_SHARE`: phase 2 by that share of the budget at the latest;
+  the share was chosen on the placement problem, `mosearch/planner/search.py`);
 - `nsga3`, `moead`, `rvea`: pymoo, with Das-Dennis reference directions (one layer
   H = 5 at M = 5: 126 directions; two layers H = 3 + 2 at M = 10: 275, the NSGA-III
   paper's layout), population size = number of directions; SBX/PM eta 20;
@@ -193,7 +193,8 @@ REGISTRY: dict[str, Baseline] = {
     b.name: b
     for b in (
         Baseline("maoea-cs", "MaOEA-CS (ours)", _pymoo(_make_maoea)),
-        Baseline("maoea-cs-switch", "MaOEA-CS, phase 2 by 30% (ours, planner setting)", _pymoo(_make_maoea_switch)),
+        Baseline("maoea-cs-switch", f"MaOEA-CS, phase 2 by {PLANNER_SWITCH_SHARE:.0%} (ours, planner setting)",
+                 _pymoo(_make_maoea_switch)),
         Baseline("nsga3", "NSGA-III (pymoo)", _pymoo(_make_nsga3)),
         Baseline("moead", "MOEA/D (pymoo)", _pymoo(_make_moead), constraints=False),
         Baseline("rvea", "RVEA (pymoo)", _pymoo(_make_rvea)),

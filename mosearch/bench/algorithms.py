@@ -25,6 +25,7 @@ import numpy as np
 from pymoo.indicators.igd import IGD
 
 from mosearch.algorithms.baselines import REGISTRY
+from mosearch.algorithms.maoea_cs import PLANNER_SWITCH_SHARE
 from problems.atomic import atomic_write_text
 from problems.benchmarks.maf import PROBLEMS, get_problem
 from problems.errors import InputError
@@ -164,7 +165,7 @@ def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str]
         "  Entries: mean IGD ± standard deviation over the seeds run (n given per block) of the",
         "  final feasible non-dominated set. **Bold**: best mean of the row; *(=)*: not distinguishable from the",
         f"  best by a two-sided Mann-Whitney U test at p > {TIE_P} (with 5 seeds only large gaps are significant).",
-        "  MaOEA-CS with `switch_share=0.3` (phase 2 by 30% of the budget at the latest: the setting `mosearch plan`",
+        f"  MaOEA-CS with `switch_share={PLANNER_SWITCH_SHARE}` (phase 2 by {PLANNER_SWITCH_SHARE:.0%} of the budget at the latest: the setting `mosearch plan`",
         "  uses, chosen on the placement problem) is scored against the baselines only: ✓ = best or tied best by the",
         "  same test; the other columns are ranked without it.",
         "  Random search is a floor, not ranked: it returns every non-dominated sample (often thousands of",
@@ -224,7 +225,7 @@ def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str]
                 variant_inst[a] = variant_inst.get(a, 0) + 1
             if "maoea-cs" in samples and len(samples) > 1:
                 inst_count += 1
-                best_count += cells["maoea-cs"].startswith("**") or "(=)" in cells["maoea-cs"]
+                best_count += _best_or_tied(cells["maoea-cs"])
             row += [cells.get(a, "-") for a in algorithms]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("| CPU time (s) | | " + f"{cpu_full:,.0f}" + " | | " + " | ".join(f"{cpu[a]:,.0f}" for a in algorithms) + " |")
@@ -266,19 +267,18 @@ FLOOR = {"random"}  # reference points, not competitors: never marked best
 VARIANTS = {"maoea-cs-switch"}
 
 
-def _variant_cell(v: np.ndarray, samples: dict[str, np.ndarray]) -> tuple[str, bool]:
-    """A variant's cell and whether it is best or tied best against the baselines of the row."""
-    from scipy.stats import mannwhitneyu
+def _best_or_tied(cell: str) -> bool:
+    return cell.startswith("**") or "(=)" in cell
 
-    rivals = {a: s for a, s in samples.items() if a not in FLOOR | VARIANTS | {"maoea-cs"}}
-    sd = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
-    text = f"{_fmt(float(np.mean(v)))} ± {_fmt(sd)}"
-    if not rivals:
-        return text, False
-    best = min(rivals, key=lambda a: float(np.mean(rivals[a])))
-    win = float(np.mean(v)) <= float(np.mean(rivals[best])) or (
-        len(v) > 1 and len(rivals[best]) > 1 and mannwhitneyu(v, rivals[best], alternative="two-sided").pvalue > TIE_P)
-    return text + (" ✓" if win else ""), win
+
+def _variant_cell(v: np.ndarray, samples: dict[str, np.ndarray]) -> tuple[str, bool]:
+    """A variant's cell and whether it is best or tied best against the baselines of the row
+    (the row's ranking with ours and the other variants left out)."""
+    pool = {a: s for a, s in samples.items() if a not in VARIANTS | {"maoea-cs"}}
+    pool["variant"] = v
+    cell = _mark_best(pool, list(pool))["variant"]
+    win = _best_or_tied(cell)
+    return cell.strip("*").removesuffix(" (=)") + (" ✓" if win else ""), win
 
 
 def _mark_best(samples: dict[str, np.ndarray], order: list[str]) -> dict[str, str]:

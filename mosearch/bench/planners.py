@@ -239,7 +239,8 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
     summary_at = len(lines)
     from mosearch.planner.search import SearchSettings
 
-    polish, switch = SearchSettings().polish, SearchSettings().switch_share or 1.0
+    product = SearchSettings()
+    polish, switch = product.polish, product.switch_share or 1.0
     lines += [
         f"Regenerate with `{command}` (runs cached in `planners_runs.jsonl` beside this file; delete it to re-measure).",
         "",

@@ -14,7 +14,6 @@ no method's result.
 from __future__ import annotations
 
 import hashlib
-
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,8 +208,8 @@ def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
 def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
     """What `mosearch plan` searches with, on the same budget as every method: the corner grid,
     then `run_search` with the rest (MaOEA-CS seeded with the corners, with duplicate
-    elimination and a phase switch by 30% of its part at the latest, then Pareto local search on
-    the archive for the last `SearchSettings.polish` share). Every evaluation
+    elimination and phase 2 by `SearchSettings.switch_share` of its part at the latest, then Pareto
+    local search on the archive for the last `SearchSettings.polish` share). Every evaluation
     of the three parts goes through `bp`, so all count. Not counted: the baseline planners
     `mosearch plan` also runs for its report (their plans do not enter the front)."""
     from mosearch.planner.search import SearchSettings, run_search
