@@ -16,7 +16,7 @@ Modes (plan.execution.mode):
 Faults (see trainer/README.md, "Faults"): a lost rollout engine is restarted in its bundle with
 the current weights and only its chunks are redone; a lost training rank restores every rank and
 the driver state from the newest valid checkpoint. Faults can be injected for tests with
-MOSEARCH_INJECT_FAULTS="engine@STEP[:INDEX],worker@STEP[:RANK]".
+MOSEARCH_INJECT_FAULTS="engine@STEP[:INDEX],worker@STEP[:RANK],driver@STEP[:POINT]".
 """
 
 from __future__ import annotations
@@ -126,21 +126,32 @@ FAULT_ENV = "MOSEARCH_INJECT_FAULTS"
 
 @dataclass
 class Fault:
-    """An injected fault: kill `kind` (engine | worker) number `index` during training step `step` (1-based, as in metrics)."""
+    """An injected fault in training step `step` (1-based, as in metrics): kill `kind` (engine | worker)
+    number `index`, or SIGKILL the driver itself (kind driver; index 0: while the ranks compute the step's
+    gradients, 1: while its checkpoint is written, after the ranks saved their state)."""
 
     kind: str
     step: int
     index: int = 0
 
+    @property
+    def point(self) -> str:
+        """Where in its step the fault fires."""
+        if self.kind == "engine":
+            return "chunk"  # the step's first chunk is back, the others still generating
+        if self.kind == "driver" and self.index == 1:
+            return "checkpoint"
+        return "gradients"
+
 
 def parse_faults(text: str | None) -> list[Fault]:
-    """'engine@2:0,worker@4:1' -> faults. Engine faults fire after the step's first chunk arrived (the
-    rest still generating); worker faults while the ranks compute the step's gradients."""
+    """'engine@2:0,worker@4:1,driver@5:1' -> faults (see Fault for where each fires)."""
     out = []
     for part in filter(None, (x.strip() for x in (text or "").split(","))):
-        m = re.fullmatch(r"(engine|worker)@(\d+)(?::(\d+))?", part)
-        if not m:
-            raise InputError(None, FAULT_ENV, f"got {part!r}", "kind@step[:index] with kind engine or worker")
+        m = re.fullmatch(r"(engine|worker|driver)@(\d+)(?::(\d+))?", part)
+        if not m or (m[1] == "driver" and int(m[3] or 0) > 1):
+            raise InputError(None, FAULT_ENV, f"got {part!r}",
+                             "kind@step[:index] with kind engine, worker or driver (index 0 or 1)")
         out.append(Fault(m[1], int(m[2]), int(m[3] or 0)))
     return out
 
@@ -266,7 +277,7 @@ class Driver:
         self._worker_cls = ray.remote(TrainWorker)
         longest = max(map(len, self.train_ids + self.held_ids))
         self._max_len = min(getattr(self._config(), "max_position_embeddings", 2048), longest + self.task.max_new_tokens + 8)
-        for f in self._faults_todo:
+        for f in [f for f in self._faults_todo if f.kind != "driver"]:  # a driver fault's index is its point
             n = len(lay.engines) if f.kind == "engine" else lay.dp
             if f.index >= n:
                 raise InputError(None, FAULT_ENV, f"{f.kind} {f.index} does not exist", f"an index below {n}")
@@ -330,14 +341,16 @@ class Driver:
                                                          self.task.max_new_tokens, self.cfg.temperature, ch.seed)
 
     # -- faults ---------------------------------------------------------------------------------
-    def _inject(self, kind: str, step: int) -> None:
-        """Test hook: kill the actor a MOSEARCH_INJECT_FAULTS entry names, once, at its step."""
+    def _inject(self, point: str, step: int) -> None:
+        """Test hook: fire the MOSEARCH_INJECT_FAULTS entries due at this point of this step, once each."""
         import ray
 
-        for f in [f for f in self._faults_todo if f.kind == kind and f.step == step]:
+        for f in [f for f in self._faults_todo if f.point == point and f.step == step]:
             self._faults_todo.remove(f)
-            self.log(f"fault injected: killing {kind} {f.index} during step {step}")
-            ray.kill((self.engines if kind == "engine" else self.workers)[f.index], no_restart=True)
+            self.log(f"fault injected: killing {f.kind} {f.index} during step {step}")
+            if f.kind == "driver":  # a deterministic stand-in for a kill -9 from outside
+                os.kill(os.getpid(), signal.SIGKILL)
+            ray.kill((self.engines if f.kind == "engine" else self.workers)[f.index], no_restart=True)
 
     def _lost(self, err) -> Lost | None:
         """Which of our actors an actor error is about; None if it is one we already replaced."""
@@ -457,7 +470,7 @@ class Driver:
             part = [x for g in groups[cuts[q]:cuts[q + 1]] for x in g]
             refs = self._accumulate(part, len(part) if u > 1 else n_global, last=True)
             if q == 0:
-                self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
+                self._inject("gradients", s + 1)  # test hook: the ranks are computing this step's gradients
             self._gather(refs)
             stats = self._gather([w.apply.remote(lr) for w in self.workers])
             if total is not None:
@@ -615,14 +628,14 @@ class Driver:
             rss = max(rss, res["rss_gb"])
             if pipelined:  # training starts on this chunk while the others are still generating
                 train_refs += self._accumulate(kept, n_global, last=not pending)
-            self._inject("engine", s + 1)  # test hook: the step's other chunks are still generating
+            self._inject("chunk", s + 1)  # test hook: the step's other chunks are still generating
         samples_all.sort(key=lambda x: x.sample_id)  # the batch in draw order, whatever order chunks finished in
         # 2) train
         T.switch += self._switch("train")
         t0 = time.perf_counter()
         lr = lr_at(self.cfg, s, self.lr_horizon)
         if pipelined:
-            self._inject("worker", s + 1)  # test hook: the ranks are computing this step's gradients
+            self._inject("gradients", s + 1)  # test hook: the ranks are computing this step's gradients
             self._gather(train_refs)
             stats = self._gather([w.apply.remote(lr) for w in self.workers])
         else:
@@ -689,6 +702,7 @@ class Driver:
         root = self.out / "checkpoints"
         tmp = ckpt.staging_dir(root, self.step)
         self._gather([w.save.remote(str(tmp / "state.pt")) for w in self.workers])
+        self._inject("checkpoint", self.step)  # test hook: the ranks' state is staged, not yet committed
         # async: later batches may already be drawn; the checkpoint holds the stream before them
         sampler, draws = self._cursor.get(self.step, (self.sampler.state(), self.draws))
         self._cursor = {k: v for k, v in self._cursor.items() if k >= self.step}

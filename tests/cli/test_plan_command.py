@@ -119,7 +119,8 @@ def test_time_limit_is_not_partial(tmp_path):
                        report=False)
     r = outcome.result
     assert r.stop_reason == "time" and not r.partial
-    assert 1.0 <= r.history[-1]["wall_s"] < 10
+    # it stops at the first batch boundary past the limit, not later
+    assert r.history[-1]["wall_s"] >= 1.0 and all(h["wall_s"] < 1.0 for h in r.history[:-1])
 
 
 def test_no_feasible_plan_exits_1_with_the_reason(tmp_path, capsys):
