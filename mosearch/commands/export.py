@@ -10,7 +10,7 @@ from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
 from problems.placement.specs import load_cluster, load_workload
-from trainer.export import EXPORTERS, ExportContext, render
+from mosearch.export import EXPORTERS, ExportContext, render
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

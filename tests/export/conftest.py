@@ -8,7 +8,7 @@ import pytest
 
 from problems.placement.plan import Plan, file_sha256
 from problems.placement.specs import load_cluster, load_workload
-from trainer.export import ExportContext
+from mosearch.export import ExportContext
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "problems/clusters/mixed-64.yaml"

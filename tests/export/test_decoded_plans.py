@@ -11,7 +11,7 @@ import yaml
 from mosearch.cli import main
 from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
-from trainer.export import EXPORTERS
+from mosearch.export import EXPORTERS
 
 from .conftest import CLUSTER, ROOT, WORKLOAD
 

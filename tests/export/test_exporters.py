@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from trainer.export import EXPORTERS, NOTES, render
-from trainer.export import layout as L
+from mosearch.export import EXPORTERS, NOTES, render
+from mosearch.export import layout as L
 
 from .conftest import make_plan, pool
 

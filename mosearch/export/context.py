@@ -1,7 +1,7 @@
 """What an exporter may know beyond the plan: node sizes from the cluster, batch sizes from the workload.
 
 The command line fills this from the spec files the plan names; the exporters never read specs
-themselves (trainer code imports only the plan schema), so every field is optional and an
+themselves (they stay pure functions of plan and context), so every field is optional and an
 exporter falls back to a stated assumption when one is missing.
 """
 

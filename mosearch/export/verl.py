@@ -7,8 +7,8 @@ Keys and meanings are listed in docs/export.md with where verl documents them.
 from __future__ import annotations
 
 from problems.placement.plan import Plan
-from trainer.export import layout as L
-from trainer.export.context import ExportContext
+from mosearch.export import layout as L
+from mosearch.export.context import ExportContext
 
 
 def _train_block(plan: Plan, ctx: ExportContext, chunks: int) -> dict:

@@ -7,8 +7,8 @@ Keys and meanings are listed in docs/export.md with where RLinf documents them.
 from __future__ import annotations
 
 from problems.placement.plan import Plan
-from trainer.export import layout as L
-from trainer.export.context import ExportContext
+from mosearch.export import layout as L
+from mosearch.export.context import ExportContext
 
 # torch FSDP sharding strategies by the plan's sharding level
 _FSDP_SHARDING = {"none": "no_shard", "zero1": "shard_grad_op", "zero2": "shard_grad_op",
