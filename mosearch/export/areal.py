@@ -42,8 +42,10 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         "use_decoupled_loss": mode == "async",
         "recompute_logprob": True,
     }
-    # one optimizer step per streamed chunk of the step's batch
-    actor["ppo_n_minibatches"] = 1 if colocated else plan.execution.pipeline_chunks
+    # the plan takes one optimizer step on the whole step's batch (pipeline_chunks only streams it)
+    actor["ppo_n_minibatches"] = 1
+    if ctx.algorithm is not None and not ctx.reference:
+        actor["kl_ctl"] = 0.0  # no reference model, no KL term (AReaL's default coefficient is 0.1)
     rollout: dict = {
         "backend": rollout_backend,
         "max_head_offpolicyness": plan.execution.staleness_bound,
@@ -67,9 +69,12 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     if ctx.has_workload:
         cfg["train_dataset"] = {"batch_size": ctx.prompts_per_step}
         cfg["gconfig"] = {"n_samples": ctx.samples_per_prompt}
+        if ctx.response_max is not None:
+            cfg["gconfig"]["max_new_tokens"] = ctx.response_max
     if ctx.algorithm == "ppo":
         cfg["critic"] = {"backend": "${actor.backend}"}
-    cfg["ref"] = {"backend": "${actor.backend}"}
+    if ctx.reference or ctx.algorithm is None:
+        cfg["ref"] = {"backend": "${actor.backend}"}
     return cfg
 
 
@@ -92,9 +97,9 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
         out.append(f"train sharding '{plan.train.sharding}': AReaL's FSDP engine always fully shards.")
     if plan.weight_sync.route == "staged":
         out.append("weight_sync route 'staged' has no AReaL key.")
-    if plan.execution.mode == "disaggregated" and plan.execution.pipeline_chunks > 1:
-        out.append("elastic pipelining is approximated by ppo_n_minibatches; AReaL with "
-                   "max_head_offpolicyness 0 is synchronous.")
+    if plan.execution.mode != "colocated" and plan.execution.pipeline_chunks > 1:
+        out.append(f"pipeline_chunks {plan.execution.pipeline_chunks} (streaming the step's batch) has no AReaL "
+                   "key; one optimizer step per step is kept (ppo_n_minibatches 1).")
     if not ctx.has_workload:
         out.append("no workload spec: train_dataset.batch_size and gconfig.n_samples are left out.")
     if not ctx.has_cluster:

@@ -64,7 +64,8 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     mode = plan.execution.mode
     algorithm: dict = {
         "training_batch_size_per_gpu": plan.train.micro_batch,
-        "n_minibatches": 1 if mode == "colocated" else plan.execution.pipeline_chunks,
+        # one optimizer step on the whole step's batch, as the plan models (chunks only stream it)
+        "n_minibatches": 1,
         "recompute_logprobs": True,
     }
     if mode == "async":
