@@ -9,6 +9,7 @@ from pathlib import Path
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
+from problems.placement.plancheck import check_plan
 from problems.placement.specs import load_cluster, load_workload
 from mosearch.export import EXPORTERS, ExportContext, render
 
@@ -61,6 +62,7 @@ def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload
         _warn(f"workload spec {plan.workload.path} not found: batch sizes left out (give --workload)")
     else:
         workload = load_workload(wpath)
+        check_plan(plan, workload, cluster, str(plan_path))
     return ExportContext.from_specs(cluster, workload)
 
 
