@@ -6,6 +6,8 @@ Keys and meanings are listed in docs/export.md with where AReaL documents them.
 
 from __future__ import annotations
 
+import math
+
 from problems.placement.plan import Plan
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
@@ -44,6 +46,10 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     }
     # the plan takes one optimizer step on the whole step's batch (pipeline_chunks only streams it)
     actor["ppo_n_minibatches"] = 1
+    if ctx.has_workload:
+        # AReaL splits each rank's share of the batch into n_mbs micro-batches of the plan's size
+        per_rank = ctx.prompts_per_step * ctx.samples_per_prompt / t.dp
+        actor["mb_spec"] = {"n_mbs": max(1, math.ceil(per_rank / t.micro_batch))}
     if ctx.algorithm is not None and not ctx.reference:
         actor["kl_ctl"] = 0.0  # no reference model, no KL term (AReaL's default coefficient is 0.1)
     rollout: dict = {

@@ -45,7 +45,7 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
-def verl_config(cfg: dict, config_name: str) -> DictConfig:
+def verl_config(cfg: dict, config_name: str, model_path: str) -> DictConfig:
     """Merge an export into verl's generated config in struct mode (an unknown key raises), check
     every value against the default's type, resolve interpolations, run verl's validate_config."""
     from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -59,7 +59,9 @@ def verl_config(cfg: dict, config_name: str) -> DictConfig:
         for part in key.split("."):
             raw = raw[part]
         assert _type_ok(raw, value), f"verl {key}: {value!r} where verl has {raw!r} ({default!r})"
-    merged.actor_rollout_ref.model.path = "Qwen/Qwen2.5-7B-Instruct"  # verl's own examples' model; not read
+    # the user's model (verl loads its HF config for the critic): a local model, no hub here
+    merged.actor_rollout_ref.model.path = model_path
+    merged.critic.model.path = model_path
     OmegaConf.to_container(merged, resolve=True)  # every interpolation resolves
     algorithm = merged.algorithm
     use_ref = bool(algorithm.use_kl_in_reward or merged.actor_rollout_ref.actor.use_kl_loss)

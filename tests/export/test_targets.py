@@ -43,17 +43,25 @@ def _plans_by_mode(cluster: Path, workload: Path) -> dict:
     return out
 
 
+@pytest.fixture(scope="session")
+def model_path(tmp_path_factory) -> str:
+    """verl reads the critic's HF config from disk: the local tiny model stands in for the user's."""
+    from trainer.models.tiny import build_tiny
+
+    return str(build_tiny(tmp_path_factory.mktemp("model") / "tiny"))
+
+
 CASES = [(c, w, m) for c in CLUSTERS for w in WORKLOADS for m in MODES]
 
 
-def check_all_targets(plan, ctx, workload) -> None:
+def check_all_targets(plan, ctx, workload, model_path) -> None:
     cfg = EXPORTERS["verl"](plan, ctx)
     if V.refusals(plan, ctx):  # the exporter says verl will refuse it: verl's own check must agree
         with pytest.raises(AssertionError, match="divisible"):
-            verl_config(cfg, V.config_name(plan))
+            verl_config(cfg, V.config_name(plan), model_path)
         merged = None
     else:
-        merged = verl_config(cfg, V.config_name(plan))
+        merged = verl_config(cfg, V.config_name(plan), model_path)
     if merged is not None:
         check_verl(merged, plan, workload)
     check_areal_rlinf(plan, ctx, workload)
@@ -95,12 +103,12 @@ def check_areal_rlinf(plan, ctx, workload) -> None:
 
 
 @pytest.mark.parametrize("cluster,workload,mode", CASES, ids=[f"{c.stem}-{w.stem}-{m}" for c, w, m in CASES])
-def test_shipped_plans_pass_the_targets_own_checks(cluster, workload, mode):
+def test_shipped_plans_pass_the_targets_own_checks(cluster, workload, mode, model_path):
     plan = _plans_by_mode(cluster, workload).get(mode)
     if plan is None:  # the local cluster (one CPU "node") decodes few disaggregated plans
         pytest.skip(f"no {mode} plan among the decoded vectors of {cluster.stem}")
     _, ctx, w = _problem(cluster, workload)
-    check_all_targets(plan, ctx, w)
+    check_all_targets(plan, ctx, w, model_path)
 
 
 def test_every_shipped_pair_covers_all_three_modes_but_local():
@@ -109,25 +117,26 @@ def test_every_shipped_pair_covers_all_three_modes_but_local():
     assert missing == []
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([(c, w) for c in CLUSTERS if c.stem in ("mixed-8", "mixed-64", "hetero-1024")
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from([(c, w) for c in CLUSTERS if c.stem in ("mixed-8", "mixed-64")
                         for w in WORKLOADS]),
        st.lists(st.floats(0, 1), min_size=64, max_size=64))
-def test_drawn_plans_pass_the_targets_own_checks(pair, unit):
+def test_drawn_plans_pass_the_targets_own_checks(model_path, pair, unit):
     pb, ctx, w = _problem(*pair)
     u = np.resize(np.array(unit), pb.n_var)
     plan = pb.decode(pb.layout.repair((pb.xl + u * (pb.xu - pb.xl))[None])[0], lifetime=False)
-    check_all_targets(plan, ctx, w)
+    check_all_targets(plan, ctx, w, model_path)
 
 
-def test_verl_refuses_an_unknown_key():
+def test_verl_refuses_an_unknown_key(model_path):
     """The check has teeth: a key verl does not have is refused in struct mode."""
     pb, ctx, _ = _problem(ROOT / "problems/clusters/mixed-64.yaml", ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")
     plan = _plans_by_mode(ROOT / "problems/clusters/mixed-64.yaml", ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")["async"]
     cfg = EXPORTERS["verl"](plan, ctx)
     cfg["async_training"] = {"staleness_threshold": 1.0}  # the old fully-async recipe's key
     with pytest.raises(Exception, match="async_training"):
-        verl_config(cfg, V.config_name(plan))
+        verl_config(cfg, V.config_name(plan), model_path)
 
 
 def test_areal_parser_refuses_pipeline_stages_on_fsdp():
