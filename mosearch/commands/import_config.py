@@ -54,7 +54,11 @@ def import_plan(source: str, config: str, overrides: list[str], cluster_path: st
     plan = plan.model_copy(update={"predicted": {k: float(np.asarray(v)[0]) for k, v in r.items()}})
     warnings = list(shape.warnings)
     if plan.predicted.get("repaired", 0) > 0:
-        warnings.append("the layout is outside the search space and was scored after repair (figures approximate).")
+        x = problem.encode(plan)
+        fixed = problem.layout.repair(x[None])[0]
+        what = ", ".join(n for n, a, b in zip(problem.var_names, x, fixed) if abs(a - b) > 1e-9)
+        warnings.append(f"outside the search space ({what}): scored as the nearest plan in it (the model takes "
+                        "power-of-two micro-batches and sequence counts).")
     batch = (cfg.get("data") or {}).get("train_batch_size") if source == "verl" else \
         (cfg.get("train_dataset") or {}).get("batch_size")
     if batch is not None and batch != workload.prompts_per_step:
@@ -78,6 +82,13 @@ def against_front(plan, run_dir: str) -> str:
             f"${best.predicted['cost_usd_h']:.2f}/h ({best.plan_id}, {gain:.2f}x yours)")
 
 
+def summary(plan) -> str:
+    p = plan.predicted
+    return (f"your config: {p['throughput_samples_s']:.3g} samples/s at ${p['cost_usd_h']:.2f}/h, "
+            f"peak memory {p.get('peak_mem_frac', float('nan')):.0%} of a GPU, staleness "
+            f"{p.get('staleness', float('nan')):.2g} ({plan.execution.mode}, {plan.used_gpus} GPUs)")
+
+
 def run(args: argparse.Namespace) -> int:
     split = (lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None)
     plan, warnings = import_plan(args.source, args.config, args.overrides, args.cluster, args.workload,
@@ -85,9 +96,7 @@ def run(args: argparse.Namespace) -> int:
     for w in warnings:
         _warn(w)
     p = plan.predicted
-    print(f"your config: {p['throughput_samples_s']:.3g} samples/s at ${p['cost_usd_h']:.2f}/h, "
-          f"peak memory {p['peak_mem_frac']:.0%} of a GPU, staleness {p['staleness']:.2g} "
-          f"({plan.execution.mode}, {plan.used_gpus} GPUs)")
+    print(summary(plan))
     if p["peak_mem_frac"] > 1:
         print("  the model predicts it does not fit in GPU memory (peak above 100%)")
     if args.front:

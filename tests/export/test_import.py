@@ -107,15 +107,15 @@ def test_hydra_overrides_apply_as_on_the_command_line():
     ("areal", "areal-gsm8k-grpo.yaml", [], "async"),
 ])
 def test_shipped_example_configs_import_and_score(source, config, overrides, mode, capsys):
-    run = ["import", "--from", source, str(EXAMPLES / config), *overrides, "--cluster", str(H100),
-           "--workload", str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")]
+    workload = str(EXAMPLES / config.replace(".yaml", "-workload.yaml"))
+    run = ["import", "--from", source, str(EXAMPLES / config), *overrides, "--cluster", str(H100), "--workload", workload]
     assert main(run) == 0
     out = capsys.readouterr().out
     assert out.startswith("your config: ") and "samples/s at $" in out
-    plan, _ = import_plan(source, str(EXAMPLES / config), overrides, str(H100),
-                          str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml"))
+    plan, warnings = import_plan(source, str(EXAMPLES / config), overrides, str(H100), workload)
     assert plan.execution.mode == mode
-    assert plan.predicted["throughput_samples_s"] > 0
+    assert plan.predicted["throughput_samples_s"] > 0 and plan.predicted["peak_mem_frac"] <= 1
+    assert not any("batch is" in w for w in warnings)  # the example's own workload
     if mode == "async":
         assert plan.execution.staleness_bound == 2
 
@@ -135,6 +135,10 @@ def test_import_is_set_against_a_front(tmp_path, capsys):
     same_cost = [p for p in plans if p.predicted["cost_usd_h"] <= mine["cost_usd_h"] + 1e-9]
     best = max(same_cost, key=lambda p: p.predicted["throughput_samples_s"])
     assert f"the front has {best.predicted['throughput_samples_s']:.3g} samples/s" in out[-1]
+    # the same comparison under the front's table
+    assert main(["show", str(tmp_path), "--with", str(tmp_path / "mine.yaml"), "--limit", "3"]) == 0
+    shown = capsys.readouterr().out
+    assert out[0] in shown and out[-1] in shown
 
 
 def test_bad_config_is_one_line(tmp_path, capsys):
