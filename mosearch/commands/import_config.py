@@ -61,6 +61,14 @@ def import_plan(source: str, config: str, overrides: list[str], cluster_path: st
                         "power-of-two micro-batches and sequence counts).")
     batch = (cfg.get("data") or {}).get("train_batch_size") if source == "verl" else \
         (cfg.get("train_dataset") or {}).get("batch_size")
+    if source == "verl":
+        mini = ((cfg.get("actor_rollout_ref") or {}).get("actor") or {}).get("ppo_mini_batch_size", 256)
+        updates = (batch or workload.prompts_per_step) / mini if mini else 1
+    else:
+        updates = ((cfg.get("actor") or {}).get("ppo_n_minibatches") or 1)
+    if updates != 1:
+        warnings.append(f"the config takes {updates:g} optimizer steps per step; the model scores one "
+                        "(it leaves out the extra optimizer steps and gradient all-reduces).")
     if batch is not None and batch != workload.prompts_per_step:
         warnings.append(f"the config's batch is {batch} prompts, the workload's {workload.prompts_per_step}: "
                         "scored with the workload's.")
