@@ -11,8 +11,9 @@ import numpy as np
 
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
+from problems.placement.plan import SpecRef, file_sha256
 from problems.placement.plancheck import check_plan
-from problems.placement.problem import PlacementProblem, _spec_ref
+from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
 from problems.specio import read_yaml_mapping
 
@@ -43,7 +44,8 @@ def import_plan(source: str, config: str, overrides: list[str], cluster_path: st
     cfg = apply_overrides(read_yaml_mapping(config, f"a {source} config"), list(overrides), config)
     shape = READERS[source](cfg, config)
     cluster, workload = load_cluster(cluster_path), load_workload(workload_path)
-    plan = place(shape, cluster, _spec_ref(cluster.name, cluster_path), _spec_ref(workload.name, workload_path),
+    ref = lambda name, path: SpecRef(name=name, path=str(path), sha256=file_sha256(path))  # noqa: E731
+    plan = place(shape, cluster, ref(cluster.name, cluster_path), ref(workload.name, workload_path),
                  f"{source}-{Path(config).stem}", rollout_on, train_on, config)
     check_plan(plan, workload, cluster, config)
     problem = PlacementProblem(cluster, workload)

@@ -74,6 +74,8 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     }
     if ctx.has_workload:
         cfg["train_dataset"] = {"batch_size": ctx.prompts_per_step}
+        if ctx.prompt_len is not None:
+            cfg["train_dataset"]["max_length"] = ctx.prompt_len  # prompts longer than this are filtered
         cfg["gconfig"] = {"n_samples": ctx.samples_per_prompt}
         if ctx.response_max is not None:
             cfg["gconfig"]["max_new_tokens"] = ctx.response_max

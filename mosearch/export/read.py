@@ -14,9 +14,11 @@ import re
 from dataclasses import dataclass
 
 import yaml
+from pydantic import ValidationError
 
 from problems.errors import InputError
 from problems.placement.plan import Plan, SpecRef
+from problems.specio import validation_error
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def _int(cfg: dict, key: str, default, file: str, at_least: int = 1) -> int:
     return v
 
 
-def _interp(cfg: dict, value, file: str, key: str):
+def _interp(cfg: dict, value):
     """`${a.b}` (the only interpolation the exports use) resolved against the config."""
     if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
         return _get(cfg, value[2:-1], None)
@@ -171,8 +173,8 @@ def parse_alloc(spec: str, file: str, key: str) -> tuple[str, dict[str, int]]:
 
 def read_areal(cfg: dict, file: str) -> Shape:
     warn: list[str] = []
-    roll_spec = _interp(cfg, _get(cfg, "rollout.backend"), file, "rollout.backend")
-    actor_spec = _interp(cfg, _get(cfg, "actor.backend"), file, "actor.backend")
+    roll_spec = _interp(cfg, _get(cfg, "rollout.backend"))
+    actor_spec = _interp(cfg, _get(cfg, "actor.backend"))
     colocated = _get(cfg, "rollout.scheduling_strategy.type") == "colocation"
     legacy = _get(cfg, "allocation_mode")
     if (roll_spec is None or actor_spec is None) and legacy:
@@ -275,9 +277,6 @@ def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, pl
         "execution": {"mode": shape.mode, "staleness_bound": shape.staleness, "pipeline_chunks": 1},
         "weight_sync": {"route": "direct"},
     }
-    from pydantic import ValidationError
-
-    from problems.specio import validation_error
     try:
         return Plan.model_validate(data)
     except ValidationError as err:

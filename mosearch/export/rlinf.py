@@ -72,6 +72,12 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         algorithm["staleness_threshold"] = plan.execution.staleness_bound
     if ctx.samples_per_prompt is not None:
         algorithm["group_size"] = ctx.samples_per_prompt
+    if ctx.algorithm is not None:
+        ppo = ctx.algorithm == "ppo"
+        algorithm["adv_type"] = "gae" if ppo else "grpo"
+        algorithm["loss_type"] = "actor_critic" if ppo else "actor"
+        if not ctx.reference:
+            algorithm["kl_beta"] = 0.0  # no reference model, no KL term
     cfg: dict = {
         "cluster": {
             "num_nodes": len(nodes),
@@ -90,6 +96,10 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     }
     if ctx.prompts_per_step is not None:
         cfg["data"] = {"rollout_batch_size": ctx.prompts_per_step}
+        if ctx.prompt_len is not None and ctx.response_max is not None:
+            # RLinf caps new tokens at runner.seq_length - data.max_prompt_length
+            cfg["data"]["max_prompt_length"] = ctx.prompt_len
+            cfg["runner"] = {"seq_length": ctx.prompt_len + ctx.response_max}
     return cfg
 
 

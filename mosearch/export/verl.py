@@ -170,7 +170,7 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     out = [f"merge into verl 0.9.1's {config_name(plan)} config (--config-name {config_name(plan)})."]
     out += refusals(plan, ctx)
     mode = plan.execution.mode
-    if mode == "disaggregated":
+    if mode == "disaggregated" or (mode == "async" and plan.execution.staleness_bound == 0):
         out.append("verl's v1 trainer has no synchronous mode on separate rollout GPUs: this is separate_async "
                    "with max_off_policy_threshold 1 (a trajectory may span one policy version), which drops "
                    "samples that cross a weight update instead of waiting; the plan does not model that loss.")
