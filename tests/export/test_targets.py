@@ -105,6 +105,12 @@ def check_areal_rlinf(plan, ctx, workload) -> None:
     assert rlinf["algorithm"]["group_size"] == workload.samples_per_prompt
     if not any("refuse" in n for n in NOTES["rlinf"](plan, ctx)):
         rlinf_placement_ok(rlinf)
+    # one hardware type per node group, so no process (one GPU) spans two types
+    nodes = L.nodes(plan, ctx)
+    for g in rlinf["cluster"]["node_groups"]:
+        ranks = [int(r) for part in g["node_ranks"].split(",") for r in range(int(part.split("-")[0]),
+                                                                            int(part.split("-")[1]) + 1)]
+        assert len({nodes[r].gpu for r in ranks}) == 1, g
 
 
 @pytest.mark.parametrize("cluster,workload,mode", CASES, ids=[f"{c.stem}-{w.stem}-{m}" for c, w, m in CASES])
