@@ -73,3 +73,11 @@ def test_the_search_only_decodes_plans_the_check_accepts(workload):
     X = pb.layout.repair(pb.xl + np.random.default_rng(1).random((40, pb.n_var)) * (pb.xu - pb.xl))
     for x in X:
         check_plan(pb.decode(x, lifetime=False), w, cluster)
+
+
+def test_train_refuses_tp_that_does_not_divide_the_heads_before_starting(tmp_path, capsys):
+    path = _plan(tmp_path, rollout_tp=1, train_tp=3, dp=1)
+    assert main(["train", "--plan", str(path), "--steps", "1", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{path}: train.tp: 40 attention heads" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # nothing started
