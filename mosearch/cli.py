@@ -17,6 +17,7 @@ COMMANDS = [
     "pick",
     "show",
     "export",
+    "import_config",
     "train",
     "profile",
 ]

@@ -9,8 +9,9 @@ from pathlib import Path
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
+from problems.placement.plancheck import check_plan
 from problems.placement.specs import load_cluster, load_workload
-from trainer.export import EXPORTERS, ExportContext, render
+from mosearch.export import EXPORTERS, ExportContext, render
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +39,7 @@ def _warn(msg: str) -> None:
 
 
 def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload_arg: str | None) -> ExportContext:
-    fields: dict = {}
+    cluster = workload = None
     cpath = _find(cluster_arg, plan.cluster.path, plan_path)
     if cpath is None:
         _warn(f"cluster spec {plan.cluster.path} not found: assuming 8 GPUs per node (give --cluster)")
@@ -56,17 +57,13 @@ def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload
             if p.used_gpus > pools[p.pool].count:
                 raise InputError(str(plan_path), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
                                  f"at most the {pools[p.pool].count} the cluster has")
-        fields["gpus_per_node"] = {pid: p.gpus_per_node for pid, p in pools.items()}
-        fields["pool_order"] = tuple(pools)
     wpath = _find(workload_arg, plan.workload.path, plan_path)
     if wpath is None:
         _warn(f"workload spec {plan.workload.path} not found: batch sizes left out (give --workload)")
     else:
-        w = load_workload(wpath)
-        fields.update(model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
-                      samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len,
-                      response_max=w.response_max)
-    return ExportContext(**fields)
+        workload = load_workload(wpath)
+        check_plan(plan, workload, cluster, str(plan_path))
+    return ExportContext.from_specs(cluster, workload)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sort", default="throughput", choices=list(SORT_KEYS),
                    help="objective to sort by (best first; default throughput)")
     p.add_argument("--limit", type=int, default=None, help="show at most N plans")
+    p.add_argument("--with", dest="with_plan", metavar="PLAN",
+                   help="a scored plan (e.g. from `mosearch import --out`) to set against the front")
     p.set_defaults(func=run)
 
 
@@ -32,4 +34,14 @@ def run(args) -> int:
              + (f"; first {len(shown)} shown" if len(shown) < len(plans) else "")
              + (" - PARTIAL: search interrupted" if run_.partial else ""))
     console().print(front_table(shown, run_.baselines, title, knee_id))
+    if args.with_plan:
+        from mosearch.commands.import_config import against_front, summary
+        from problems.placement.plan import load_plan
+
+        mine = load_plan(args.with_plan)
+        if "throughput_samples_s" not in mine.predicted or "cost_usd_h" not in mine.predicted:
+            raise InputError(args.with_plan, "predicted", "no predicted throughput and cost",
+                             "a plan scored by the model (mosearch import --out, mosearch pick)")
+        print(summary(mine))
+        print(against_front(mine, args.run_dir))
     return 0

@@ -43,12 +43,26 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _check_against_workload(plan, plan_path: str) -> None:
+    """TP must shard the workload model's heads (one line, exit 2) before any process starts."""
+    from pathlib import Path
+
+    from problems.placement.plancheck import check_plan
+    from problems.placement.specs import load_workload
+
+    for cand in (Path(plan.workload.path), Path(plan_path).parent / plan.workload.path):
+        if cand.is_file():
+            check_plan(plan, load_workload(cand), None, str(plan_path))
+            return
+
+
 def run(args: argparse.Namespace) -> int:
     from problems.placement.plan import load_plan
     from trainer.driver import RunConfig, comparison_table, workload_defaults
     from trainer.driver import run as train
 
     plan = load_plan(args.plan)
+    _check_against_workload(plan, args.plan)
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}

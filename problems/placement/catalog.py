@@ -58,6 +58,17 @@ class Architecture(BaseModel):
     def hd(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
+    def tp_problem(self, tp: int, kv_replicas: bool) -> str | None:
+        """Why `tp` cannot shard this model's attention, or None. Both vLLM and Megatron give each
+        rank heads/tp query heads; Megatron also needs kv_heads/tp KV heads (num_query_groups a
+        multiple of TP), while vLLM replicates KV heads when TP exceeds them (`kv_replicas`: TP a
+        multiple of kv_heads is then enough)."""
+        if self.heads % tp:
+            return f"{self.heads} attention heads of {self.name} are not divisible by TP {tp}"
+        if self.kv_heads % tp and not (kv_replicas and tp % self.kv_heads == 0):
+            return f"{self.kv_heads} KV heads of {self.name} are not divisible by TP {tp}"
+        return None
+
     @property
     def params_per_layer(self) -> int:
         h, q, kv = self.hidden, self.heads * self.hd, self.kv_heads * self.hd

@@ -80,14 +80,17 @@ class Layout:
 
     @classmethod
     def build(cls, cluster: Cluster, workload: Workload) -> "Layout":
-        heads = workload.model.heads
+        m = workload.model
         counts = np.array([p.count for p in cluster.pools], dtype=np.int64)
         gpn = np.array([p.gpus_per_node for p in cluster.pools], dtype=np.int64)
-        # TP must divide the attention heads (vLLM and Megatron shard heads) and stay in a node
-        per_pool = [[t for t in _pow2_upto(int(min(g, c))) if heads % t == 0] for g, c in zip(gpn, counts)]
+        # TP must shard the attention heads (Architecture.tp_problem: vLLM may replicate KV heads,
+        # Megatron may not) and stay in a node
+        per_pool = [[t for t in _pow2_upto(int(min(g, c))) if m.tp_problem(t, kv_replicas=True) is None]
+                    for g, c in zip(gpn, counts)]
         k = max(len(o) for o in per_pool)
         rtp = np.array([o + [o[-1]] * (k - len(o)) for o in per_pool], dtype=np.int64)
-        tp = np.array([t for t in _pow2_upto(int(gpn.max())) if heads % t == 0], dtype=np.int64)
+        tp = np.array([t for t in _pow2_upto(int(gpn.max())) if m.tp_problem(t, kv_replicas=False) is None],
+                      dtype=np.int64)
         pp = np.array(_pow2_upto(min(MAX_PP, workload.model.layers)), dtype=np.int64)
         return cls(len(counts), counts, gpn, rtp, np.array([len(o) for o in per_pool]), tp, pp,
                    workload.max_staleness, workload.samples_per_step)

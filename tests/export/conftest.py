@@ -8,7 +8,7 @@ import pytest
 
 from problems.placement.plan import Plan, file_sha256
 from problems.placement.specs import load_cluster, load_workload
-from trainer.export import ExportContext
+from mosearch.export import ExportContext
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "problems/clusters/mixed-64.yaml"
@@ -67,4 +67,5 @@ def ctx() -> ExportContext:
     return ExportContext(
         gpus_per_node={p.id: p.gpus_per_node for p in c.pools}, pool_order=tuple(p.id for p in c.pools),
         model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
-        samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len, response_max=w.response_max)
+        samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len, response_max=w.response_max,
+        reference=w.has_reference)

@@ -37,9 +37,9 @@ def test_missing_specs_fall_back_with_a_warning(tmp_path, colocated, capsys):
     assert main(["export", str(_write(tmp_path, plan)), "--to", "verl"]) == 0
     captured = capsys.readouterr()
     assert "assuming 8 GPUs per node" in captured.err
-    cfg = yaml.safe_load(captured.out)["config"]
-    assert cfg["trainer"] == {"nnodes": 2, "n_gpus_per_node": 8}
-    assert "data" not in cfg  # no workload: no batch sizes invented
+    cfg = yaml.safe_load(captured.out)
+    assert (cfg["trainer"]["nnodes"], cfg["trainer"]["n_gpus_per_node"]) == (2, 8)
+    assert "data" not in cfg and "algorithm" not in cfg  # no workload: no batch sizes or algorithm invented
 
 
 def test_bad_plan_is_one_line_exit_2(tmp_path, capsys):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from trainer.export import EXPORTERS, NOTES, render
-from trainer.export import layout as L
+from mosearch.export import EXPORTERS, NOTES, render
+from mosearch.export import layout as L
 
 from .conftest import make_plan, pool
 
@@ -31,28 +31,29 @@ def test_every_exporter_handles_every_mode(target, which, request, ctx):
 # ------------------------------------------------------------------ heterogeneous, disaggregated
 
 def test_verl_hetero_disaggregated(hetero_disagg, ctx):
-    out = EXPORTERS["verl"](hetero_disagg, ctx)
-    cfg = out["config"]
-    assert cfg["trainer"] == {"nnodes": 2, "n_gpus_per_node": 8}  # 16 H100
-    assert cfg["rollout"] == {"nnodes": 4, "n_gpus_per_node": 8}  # 32 L40S
-    assert out["resource_pool_manager"]["resource_pool_spec"] == {"rollout_pool": [8, 8, 8, 8], "trainer_pool": [8, 8]}
-    assert out["resource_pool_manager"]["mapping"]["Rollout"] == "rollout_pool"
-    assert out["resource_pool_manager"]["mapping"]["Actor"] == "trainer_pool"
-    assert out["gpu_types"]["trainer_pool"] == ["H100@us-east x8"] * 2
+    cfg = EXPORTERS["verl"](hetero_disagg, ctx)
+    assert cfg["trainer"]["nnodes"] == 2 and cfg["trainer"]["n_gpus_per_node"] == 8  # 16 H100
+    assert cfg["trainer"]["use_v1"] is True
+    assert cfg["trainer"]["v1"] == {"trainer_mode": "separate_async", "separate_async": {"parameter_sync_step": 1},
+                                    "sampler": {"max_off_policy_threshold": 1}}  # staleness 0: spans one version
     arr = cfg["actor_rollout_ref"]
+    assert (arr["rollout"]["nnodes"], arr["rollout"]["n_gpus_per_node"]) == (4, 8)  # 32 L40S
+    assert arr["rollout"]["checkpoint_engine"] == {"backend": "nccl"}
     assert arr["hybrid_engine"] is False
     assert arr["rollout"]["tensor_model_parallel_size"] == 2
     assert arr["rollout"]["gpu_memory_utilization"] == 0.85
     assert arr["rollout"]["n"] == 8
     assert arr["actor"]["strategy"] == "megatron"  # train TP 2 needs Megatron in verl
     assert arr["actor"]["megatron"]["tensor_model_parallel_size"] == 2
-    assert arr["actor"]["ppo_mini_batch_size"] == 32  # 128 prompts in 4 streamed chunks
+    assert arr["actor"]["megatron"]["override_transformer_config"]["recompute_granularity"] == "full"
+    # one optimizer step per plan step: the 4 streamed chunks are not 4 updates
+    assert arr["actor"]["ppo_mini_batch_size"] == cfg["data"]["train_batch_size"] == 128
     assert arr["actor"]["ppo_micro_batch_size_per_gpu"] == 2
-    assert cfg["async_training"]["staleness_threshold"] == 0.0
-    assert cfg["async_training"]["trigger_parameter_sync_step"] == 4
-    assert cfg["async_training"]["partial_rollout"] is False
-    assert cfg["data"]["train_batch_size"] == 128
-    assert any("cannot name a GPU type" in n for n in NOTES["verl"](hetero_disagg, ctx))
+    assert cfg["algorithm"] == {"adv_estimator": "grpo", "use_kl_in_reward": False}
+    assert (cfg["data"]["max_prompt_length"], cfg["data"]["max_response_length"]) == (512, 8192)
+    notes = NOTES["verl"](hetero_disagg, ctx)
+    assert any("cannot name a GPU type" in n and "L40S@eu-west x8" in n for n in notes)
+    assert any("pipeline_chunks 4" in n for n in notes)
 
 
 def test_areal_hetero_disaggregated(hetero_disagg, ctx):
@@ -84,13 +85,10 @@ def test_rlinf_hetero_disaggregated(hetero_disagg, ctx):
 # ------------------------------------------------------------------ colocated
 
 def test_verl_colocated(colocated, ctx):
-    out = EXPORTERS["verl"](colocated, ctx)
-    cfg = out["config"]
-    assert cfg["trainer"] == {"nnodes": 2, "n_gpus_per_node": 8}
-    assert "rollout" not in cfg and "async_training" not in cfg
-    assert out["resource_pool_manager"] == {"resource_pool_spec": {"global_pool": [8, 8]},
-                                            "mapping": {"ActorRollout": "global_pool", "RefPolicy": "global_pool"}}
+    cfg = EXPORTERS["verl"](colocated, ctx)
+    assert cfg["trainer"] == {"use_v1": True, "nnodes": 2, "n_gpus_per_node": 8, "v1": {"trainer_mode": "sync"}}
     arr = cfg["actor_rollout_ref"]
+    assert "nnodes" not in arr["rollout"] and "checkpoint_engine" not in arr["rollout"]
     assert arr["hybrid_engine"] is True and arr["rollout"]["free_cache_engine"] is True
     assert arr["rollout"]["tensor_model_parallel_size"] == 4
     assert arr["actor"]["strategy"] == "fsdp2"
@@ -123,8 +121,8 @@ def test_partial_colocation_gives_ranges_and_uneven_nodes(ctx):
                      {"dp": 12, "tp": 1, "pp": 1, "micro_batch": 1}, "colocated")
     assert EXPORTERS["rlinf"](plan, ctx)["cluster"]["component_placement"] == {"actor,rollout,reward": "0-11"}
     out = EXPORTERS["verl"](plan, ctx)
-    assert out["resource_pool_manager"]["resource_pool_spec"] == {"global_pool": [8, 4]}
-    assert any("uneven" in n for n in NOTES["verl"](plan, ctx))
+    assert (out["trainer"]["nnodes"], out["trainer"]["n_gpus_per_node"]) == (2, 8)  # 8 + 4: the largest node
+    assert any("uneven [8, 4]" in n for n in NOTES["verl"](plan, ctx))
     assert EXPORTERS["areal"](plan, ctx)["allocation_mode"] == "vllm:d3t4|fsdp:d12t1"
 
 
@@ -142,15 +140,16 @@ def test_areal_async(async_plan, ctx):
 
 
 def test_verl_async(async_plan, ctx):
-    out = EXPORTERS["verl"](async_plan, ctx)
-    at = out["config"]["async_training"]
-    assert at["staleness_threshold"] == 3.0
-    assert at["partial_rollout"] is True and at["compute_prox_log_prob"] is True
-    assert at["trigger_parameter_sync_step"] == 2
-    assert out["resource_pool_manager"]["resource_pool_spec"] == {"rollout_pool": [8, 8, 4], "trainer_pool": [8]}
-    actor = out["config"]["actor_rollout_ref"]["actor"]
+    cfg = EXPORTERS["verl"](async_plan, ctx)
+    # k = 3 versions of lag: a trajectory may span 4 policy versions
+    assert cfg["trainer"]["v1"]["sampler"]["max_off_policy_threshold"] == 4
+    assert cfg["trainer"]["v1"]["trainer_mode"] == "separate_async"
+    roll = cfg["actor_rollout_ref"]["rollout"]
+    assert (roll["nnodes"], roll["n_gpus_per_node"]) == (3, 8)  # rollout GPUs per node 8, 8, 4: uneven
+    assert any("uneven [8, 8, 4]" in n for n in NOTES["verl"](async_plan, ctx))
+    actor = cfg["actor_rollout_ref"]["actor"]
     assert actor["megatron"]["pipeline_model_parallel_size"] == 2
-    assert actor["ppo_mini_batch_size"] == 64
+    assert actor["ppo_mini_batch_size"] == 128
 
 
 def test_rlinf_async(async_plan, ctx):
@@ -160,7 +159,7 @@ def test_rlinf_async(async_plan, ctx):
     assert cfg["cluster"]["node_groups"] == [{"label": "h100-us-east", "node_ranks": "0-0,3-3"},
                                              {"label": "l40s-eu-west", "node_ranks": "1-2"}]
     assert cfg["algorithm"]["staleness_threshold"] == 3
-    assert cfg["algorithm"]["n_minibatches"] == 2
+    assert cfg["algorithm"]["n_minibatches"] == 1  # one optimizer step per step (chunks only stream)
     assert cfg["actor"]["model"]["pipeline_model_parallel_size"] == 2
 
 

@@ -81,7 +81,7 @@ def test_unmodified_plans_export(tmp_path, capsys, valid_plans):
         file = tmp_path / f"p{i}.yaml"
         file.write_text(yaml.safe_dump(plan))
         assert main(["export", str(file), "--to", "verl"]) == 0
-    assert "resource_pool" in capsys.readouterr().out
+    assert "use_v1: true" in capsys.readouterr().out  # verl 0.9.1 v1 trainer config
 
 
 @pytest.mark.parametrize("text,key", [

@@ -1,7 +1,7 @@
 """What an exporter may know beyond the plan: node sizes from the cluster, batch sizes from the workload.
 
 The command line fills this from the spec files the plan names; the exporters never read specs
-themselves (trainer code imports only the plan schema), so every field is optional and an
+themselves (they stay pure functions of plan and context), so every field is optional and an
 exporter falls back to a stated assumption when one is missing.
 """
 
@@ -23,6 +23,21 @@ class ExportContext:
     samples_per_prompt: int | None = None
     prompt_len: int | None = None
     response_max: int | None = None
+    reference: bool = False  # a frozen reference model for a KL term (PPO always; GRPO when the workload asks)
+
+    @classmethod
+    def from_specs(cls, cluster=None, workload=None) -> "ExportContext":
+        """The fields a loaded Cluster and Workload give (either may be None)."""
+        fields: dict = {}
+        if cluster is not None:
+            fields.update(gpus_per_node={p.id: p.gpus_per_node for p in cluster.pools},
+                          pool_order=tuple(p.id for p in cluster.pools))
+        if workload is not None:
+            w = workload
+            fields.update(model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
+                          samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len,
+                          response_max=w.response_max, reference=w.has_reference)
+        return cls(**fields)
 
     def node_size(self, pool: str, at_least: int = 1) -> int:
         return max(self.gpus_per_node.get(pool, DEFAULT_GPUS_PER_NODE), at_least)

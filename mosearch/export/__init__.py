@@ -12,9 +12,9 @@ from typing import Callable
 import yaml
 
 from problems.placement.plan import Plan
-from trainer.export import areal, rlinf, verl
-from trainer.export import layout as L
-from trainer.export.context import ExportContext
+from mosearch.export import areal, rlinf, verl
+from mosearch.export import layout as L
+from mosearch.export.context import ExportContext
 
 EXPORTERS: dict[str, Callable[[Plan, ExportContext | None], dict]] = {
     "verl": verl.export,

@@ -6,9 +6,11 @@ Keys and meanings are listed in docs/export.md with where AReaL documents them.
 
 from __future__ import annotations
 
+import math
+
 from problems.placement.plan import Plan
-from trainer.export import layout as L
-from trainer.export.context import ExportContext
+from mosearch.export import layout as L
+from mosearch.export.context import ExportContext
 
 
 def _train_backend(plan: Plan) -> str:
@@ -42,8 +44,14 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         "use_decoupled_loss": mode == "async",
         "recompute_logprob": True,
     }
-    # one optimizer step per streamed chunk of the step's batch
-    actor["ppo_n_minibatches"] = 1 if colocated else plan.execution.pipeline_chunks
+    # the plan takes one optimizer step on the whole step's batch (pipeline_chunks only streams it)
+    actor["ppo_n_minibatches"] = 1
+    if ctx.has_workload:
+        # AReaL splits each rank's share of the batch into n_mbs micro-batches of the plan's size
+        per_rank = ctx.prompts_per_step * ctx.samples_per_prompt / t.dp
+        actor["mb_spec"] = {"n_mbs": max(1, math.ceil(per_rank / t.micro_batch))}
+    if ctx.algorithm is not None and not ctx.reference:
+        actor["kl_ctl"] = 0.0  # no reference model, no KL term (AReaL's default coefficient is 0.1)
     rollout: dict = {
         "backend": rollout_backend,
         "max_head_offpolicyness": plan.execution.staleness_bound,
@@ -66,10 +74,15 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     }
     if ctx.has_workload:
         cfg["train_dataset"] = {"batch_size": ctx.prompts_per_step}
+        if ctx.prompt_len is not None:
+            cfg["train_dataset"]["max_length"] = ctx.prompt_len  # prompts longer than this are filtered
         cfg["gconfig"] = {"n_samples": ctx.samples_per_prompt}
+        if ctx.response_max is not None:
+            cfg["gconfig"]["max_new_tokens"] = ctx.response_max
     if ctx.algorithm == "ppo":
         cfg["critic"] = {"backend": "${actor.backend}"}
-    cfg["ref"] = {"backend": "${actor.backend}"}
+    if ctx.reference or ctx.algorithm is None:
+        cfg["ref"] = {"backend": "${actor.backend}"}
     return cfg
 
 
@@ -92,9 +105,9 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
         out.append(f"train sharding '{plan.train.sharding}': AReaL's FSDP engine always fully shards.")
     if plan.weight_sync.route == "staged":
         out.append("weight_sync route 'staged' has no AReaL key.")
-    if plan.execution.mode == "disaggregated" and plan.execution.pipeline_chunks > 1:
-        out.append("elastic pipelining is approximated by ppo_n_minibatches; AReaL with "
-                   "max_head_offpolicyness 0 is synchronous.")
+    if plan.execution.mode != "colocated" and plan.execution.pipeline_chunks > 1:
+        out.append(f"pipeline_chunks {plan.execution.pipeline_chunks} (streaming the step's batch) has no AReaL "
+                   "key; one optimizer step per step is kept (ppo_n_minibatches 1).")
     if not ctx.has_workload:
         out.append("no workload spec: train_dataset.batch_size and gconfig.n_samples are left out.")
     if not ctx.has_cluster:

@@ -7,8 +7,8 @@ Keys and meanings are listed in docs/export.md with where RLinf documents them.
 from __future__ import annotations
 
 from problems.placement.plan import Plan
-from trainer.export import layout as L
-from trainer.export.context import ExportContext
+from mosearch.export import layout as L
+from mosearch.export.context import ExportContext
 
 # torch FSDP sharding strategies by the plan's sharding level
 _FSDP_SHARDING = {"none": "no_shard", "zero1": "shard_grad_op", "zero2": "shard_grad_op",
@@ -64,13 +64,20 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     mode = plan.execution.mode
     algorithm: dict = {
         "training_batch_size_per_gpu": plan.train.micro_batch,
-        "n_minibatches": 1 if mode == "colocated" else plan.execution.pipeline_chunks,
+        # one optimizer step on the whole step's batch, as the plan models (chunks only stream it)
+        "n_minibatches": 1,
         "recompute_logprobs": True,
     }
     if mode == "async":
         algorithm["staleness_threshold"] = plan.execution.staleness_bound
     if ctx.samples_per_prompt is not None:
         algorithm["group_size"] = ctx.samples_per_prompt
+    if ctx.algorithm is not None:
+        ppo = ctx.algorithm == "ppo"
+        algorithm["adv_type"] = "gae" if ppo else "grpo"
+        algorithm["loss_type"] = "actor_critic" if ppo else "actor"
+        if not ctx.reference:
+            algorithm["kl_beta"] = 0.0  # no reference model, no KL term
     cfg: dict = {
         "cluster": {
             "num_nodes": len(nodes),
@@ -89,6 +96,10 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     }
     if ctx.prompts_per_step is not None:
         cfg["data"] = {"rollout_batch_size": ctx.prompts_per_step}
+        if ctx.prompt_len is not None and ctx.response_max is not None:
+            # RLinf caps new tokens at runner.seq_length - data.max_prompt_length
+            cfg["data"]["max_prompt_length"] = ctx.prompt_len
+            cfg["runner"] = {"seq_length": ctx.prompt_len + ctx.response_max}
     return cfg
 
 

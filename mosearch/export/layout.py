@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from problems.placement.plan import Plan, PoolRoles
-from trainer.export.context import ExportContext
+from mosearch.export.context import ExportContext
 
 ROLLOUT, TRAIN, SHARED = "rollout", "train", "shared"
 

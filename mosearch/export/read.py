@@ -1,0 +1,283 @@
+"""The inverse of the exporters: a verl or AReaL config a user already runs, read back as a plan.
+
+A config says how many GPUs each role gets and how they are split (TP, PP, DP, sharding), not which
+GPU type they are: `place` puts the roles on the cluster's pools, in the order the user names
+(`--rollout-on`, `--train-on`) or else in the cluster file's order, rollout first. Keys a config
+leaves out take the target's own default (verl 0.9.1's `_generated_ppo_trainer.yaml`, AReaL
+1.0.4's `areal/api/cli_args.py`), written next to each read below.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import yaml
+from pydantic import ValidationError
+
+from problems.errors import InputError
+from problems.placement.plan import Plan, SpecRef
+from problems.specio import validation_error
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a config fixes, before GPUs are given a pool."""
+
+    mode: str  # colocated | disaggregated | async
+    staleness: int
+    rollout_gpus: int  # colocated: the shared GPUs
+    rollout_tp: int
+    dp: int
+    tp: int
+    pp: int
+    sharding: str
+    micro_batch: int
+    recompute: bool
+    optimizer_offload: bool
+    kv_mem_frac: float
+    max_num_seqs: int
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def train_gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+
+# ------------------------------------------------------------------------------ config + overrides
+
+def apply_overrides(cfg: dict, overrides: list[str], file: str) -> dict:
+    """Hydra-style `a.b.c=value` (also `+a.b=v`, `++a.b=v`) on a nested dict; values parse as YAML."""
+    for item in overrides:
+        key, sep, raw = item.lstrip("+").partition("=")
+        if not sep or not key:
+            raise InputError(file, item, "not a hydra override", "key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError:
+            value = raw
+        node = cfg
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    return cfg
+
+
+def _get(cfg: dict, key: str, default=None):
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return default if node is None else node
+
+
+def _int(cfg: dict, key: str, default, file: str, at_least: int = 1) -> int:
+    v = _get(cfg, key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < at_least:
+        raise InputError(file, key, f"got {v!r}", f"an integer >= {at_least}")
+    return v
+
+
+def _interp(cfg: dict, value):
+    """`${a.b}` (the only interpolation the exports use) resolved against the config."""
+    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
+        return _get(cfg, value[2:-1], None)
+    return value
+
+
+# --------------------------------------------------------------------------------------------- verl
+
+def read_verl(cfg: dict, file: str) -> Shape:
+    arr = _get(cfg, "actor_rollout_ref", {})
+    warn: list[str] = []
+    # defaults: verl 0.9.1 _generated_ppo_trainer.yaml
+    v1 = _get(cfg, "trainer.use_v1", True)
+    mode_key = _get(cfg, "trainer.v1.trainer_mode", "sync") if v1 else "sync"
+    hybrid = _get(cfg, "actor_rollout_ref.hybrid_engine", True)
+    t_nodes = _int(cfg, "trainer.nnodes", 1, file)
+    t_gpn = _int(cfg, "trainer.n_gpus_per_node", 8, file)
+    train = t_nodes * t_gpn
+    if mode_key == "separate_async":
+        r_nodes = _int(cfg, "actor_rollout_ref.rollout.nnodes", 0, file)
+        r_gpn = _int(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", t_gpn, file)
+        thr = _get(cfg, "trainer.v1.sampler.max_off_policy_threshold", 8)
+        if isinstance(thr, bool) or not isinstance(thr, int) or thr < 1:
+            raise InputError(file, "trainer.v1.sampler.max_off_policy_threshold", f"got {thr!r}",
+                             "a positive integer (null, no bound, has no plan)")
+        k = thr - 1  # a trajectory spanning thr versions lags thr - 1 (see export.verl.off_policy_threshold)
+        mode, rollout = ("async" if k else "disaggregated"), r_nodes * r_gpn
+        if hybrid:
+            warn.append("hybrid_engine true: verl also generates on the training GPUs between steps; the plan "
+                        "counts only the standalone rollout GPUs for generation.")
+    elif mode_key in ("sync", "colocate_async"):
+        if mode_key == "colocate_async":
+            warn.append("colocate_async has no plan mode: read as colocated (synchronous), staleness 0.")
+        mode, k, rollout = "colocated", 0, train
+    else:
+        raise InputError(file, "trainer.v1.trainer_mode", f"got {mode_key!r}", "sync, colocate_async or separate_async")
+    actor = _get(arr, "actor", {})
+    strategy = _get(actor, "strategy", "fsdp")
+    if strategy == "megatron":
+        tp = _int(cfg, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1, file)
+        pp = _int(cfg, "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", 1, file)
+        sharding = "zero1" if _get(actor, "megatron.use_distributed_optimizer", True) else "none"
+        recompute = _get(actor, "megatron.override_transformer_config.recompute_granularity") == "full"
+        offload = bool(_get(actor, "megatron.optimizer_offload", False))
+    elif strategy in ("fsdp", "fsdp2"):
+        tp = pp = 1
+        fsdp = _get(actor, "fsdp_config", {})
+        if _get(fsdp, "fsdp_size", -1) == 1:
+            sharding = "none"
+        else:  # verl's default reshards after forward (ZeRO-3 / FSDP)
+            sharding = "fsdp" if _get(fsdp, "reshard_after_forward", True) else "zero2"
+        recompute = bool(_get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True))
+        offload = bool(_get(fsdp, "optimizer_offload", False))
+    else:
+        raise InputError(file, "actor_rollout_ref.actor.strategy", f"got {strategy!r}", "fsdp, fsdp2 or megatron")
+    if train % (tp * pp):
+        raise InputError(file, "trainer.n_gpus_per_node", f"{train} trainer GPUs are not a multiple of TP x PP "
+                         f"= {tp * pp}", "nnodes x n_gpus_per_node divisible by TP x PP")
+    micro = _get(actor, "ppo_micro_batch_size_per_gpu")
+    if micro is None:
+        raise InputError(file, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "missing",
+                         "the micro-batch per GPU (verl requires it without use_dynamic_bsz)")
+    micro = _int(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1, file)
+    rtp = _int(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size", 2, file)
+    return Shape(mode=mode, staleness=k, rollout_gpus=rollout, rollout_tp=rtp, dp=train // (tp * pp), tp=tp, pp=pp,
+                 sharding=sharding, micro_batch=micro, recompute=recompute, optimizer_offload=offload,
+                 kv_mem_frac=float(_get(arr, "rollout.gpu_memory_utilization", 0.5)),
+                 max_num_seqs=_int(cfg, "actor_rollout_ref.rollout.max_num_seqs", 256, file),
+                 warnings=tuple(warn))
+
+
+# -------------------------------------------------------------------------------------------- AReaL
+
+_ALLOC = re.compile(r"^(?P<backend>[a-z]+):(?P<dims>(?:[dptce]\d+)+)$")
+
+
+def parse_alloc(spec: str, file: str, key: str) -> tuple[str, dict[str, int]]:
+    """One AReaL backend string, `backend:` then d/p/t/c/e sizes (docs/en/reference/alloc_mode.md)."""
+    m = _ALLOC.match(str(spec).strip())
+    if not m:
+        raise InputError(file, key, f"cannot read {spec!r}", "an AReaL backend string such as vllm:d2t4 or fsdp:d4t1")
+    dims = {k: int(v) for k, v in re.findall(r"([dptce])(\d+)", m["dims"])}
+    if dims.get("c", 1) != 1 or dims.get("e", 1) != 1:
+        raise InputError(file, key, f"{spec!r} uses context or expert parallelism", "d, p and t only (plans have no c/e)")
+    return m["backend"], dims
+
+
+def read_areal(cfg: dict, file: str) -> Shape:
+    warn: list[str] = []
+    roll_spec = _interp(cfg, _get(cfg, "rollout.backend"))
+    actor_spec = _interp(cfg, _get(cfg, "actor.backend"))
+    colocated = _get(cfg, "rollout.scheduling_strategy.type") == "colocation"
+    legacy = _get(cfg, "allocation_mode")
+    if (roll_spec is None or actor_spec is None) and legacy:
+        sep = "|" if "|" in legacy else "+"
+        parts = [s for s in str(legacy).split(sep) if s]
+        if len(parts) != 2:
+            raise InputError(file, "allocation_mode", f"cannot read {legacy!r}", "<rollout>+<actor> or <rollout>|<actor>")
+        roll_spec, actor_spec = roll_spec or parts[0], actor_spec or parts[1]
+        colocated = colocated or sep == "|"
+    if roll_spec is None or actor_spec is None:
+        raise InputError(file, "rollout.backend" if roll_spec is None else "actor.backend", "missing",
+                         "per-engine backend strings (or the legacy allocation_mode)")
+    rb, rd = parse_alloc(roll_spec, file, "rollout.backend")
+    ab, ad = parse_alloc(actor_spec, file, "actor.backend")
+    if rb not in ("vllm", "sglang"):
+        raise InputError(file, "rollout.backend", f"backend {rb!r}", "vllm or sglang")
+    if rb == "sglang":
+        warn.append("SGLang engines are scored as vLLM engines of the same TP (the model has one engine).")
+    if ab not in ("fsdp", "megatron"):
+        raise InputError(file, "actor.backend", f"backend {ab!r}", "fsdp or megatron")
+    rtp, rgpus = rd.get("t", 1), rd.get("d", 1) * rd.get("t", 1) * rd.get("p", 1)
+    dp, tp, pp = ad.get("d", 1), ad.get("t", 1), ad.get("p", 1)
+    k = _int(cfg, "rollout.max_head_offpolicyness", 0, file, at_least=0)  # cli_args default 0
+    if colocated:
+        if k:
+            warn.append(f"max_head_offpolicyness {k} on colocated engines has no plan mode: read as staleness 0.")
+        mode, k, rgpus = "colocated", 0, dp * tp * pp
+    else:
+        mode = "async" if k else "disaggregated"
+    # AReaL splits each rank's share of the batch into n_mbs micro-batches (cli_args MicroBatchSpec,
+    # default 1), or more when max_tokens_per_mb caps a micro-batch's tokens
+    n_mbs = _int(cfg, "actor.mb_spec.n_mbs", 1, file)
+    prompts = _int(cfg, "train_dataset.batch_size", 1, file)
+    samples = prompts * _int(cfg, "gconfig.n_samples", 1, file)
+    micro = max(1, math.ceil(samples / dp / n_mbs))
+    cap = _get(cfg, "actor.mb_spec.max_tokens_per_mb")
+    if isinstance(cap, int) and cap > 0:
+        # a sample is at most the prompt cap (train_dataset.max_length) plus gconfig.max_new_tokens
+        longest = (_get(cfg, "train_dataset.max_length", 0) or 0) + _int(cfg, "gconfig.max_new_tokens", 16384, file)
+        micro = max(1, min(micro, cap // longest))
+    return Shape(mode=mode, staleness=k, rollout_gpus=rgpus, rollout_tp=rtp, dp=dp, tp=tp, pp=pp,
+                 sharding="fsdp" if ab == "fsdp" else "zero1", micro_batch=micro,
+                 recompute=bool(_get(cfg, "actor.gradient_checkpointing", False)),
+                 optimizer_offload=bool(_get(cfg, "actor.offload", False)),
+                 kv_mem_frac=float(_get(cfg, f"{rb}.gpu_memory_utilization", 0.9)),  # vLLMConfig default 0.9
+                 max_num_seqs=_int(cfg, "vllm.max_num_seqs", 256, file),  # vLLMConfig default 256
+                 warnings=tuple(warn))
+
+
+READERS = {"verl": read_verl, "areal": read_areal}
+
+
+# ------------------------------------------------------------------------------------------ placing
+
+def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, plan_id: str,
+          rollout_on: list[str] | None = None, train_on: list[str] | None = None, file: str | None = None) -> Plan:
+    """Give the shape's GPUs pools of `cluster`: rollout first, in `rollout_on` order (default: the
+    cluster's), then training in `train_on` order, each pool filled up to what is left of it."""
+    pools = {p.id: p for p in cluster.pools}
+    order = [p.id for p in cluster.pools]
+    for arg, ids in (("--rollout-on", rollout_on), ("--train-on", train_on)):
+        for pid in ids or []:
+            if pid not in pools:
+                raise InputError(file, arg, f"pool {pid!r} is not in cluster {cluster.name}", f"one of {', '.join(order)}")
+    free = {pid: p.count for pid, p in pools.items()}
+    roles = {pid: {"rollout_gpus": 0, "train_gpus": 0, "shared_gpus": 0} for pid in order}
+
+    def take(n: int, where: list[str], role: str, what: str) -> None:
+        for pid in where:
+            if n == 0:
+                break
+            got = min(n, free[pid])
+            if role == "rollout_gpus":  # whole engines only
+                got -= got % shape.rollout_tp
+            free[pid] -= got
+            roles[pid][role] += got
+            n -= got
+        if n:
+            raise InputError(file, what, f"{n} more GPUs than cluster {cluster.name} has free for it",
+                             f"a config that fits the cluster, or name pools with --rollout-on/--train-on")
+
+    if shape.mode == "colocated":
+        take(shape.train_gpus, rollout_on or train_on or order, "shared_gpus", "trainer.nnodes")
+    else:
+        take(shape.rollout_gpus, rollout_on or order, "rollout_gpus", "rollout GPUs")
+        take(shape.train_gpus, train_on or order, "train_gpus", "trainer GPUs")
+    out = []
+    for pid in order:
+        r = roles[pid]
+        p = pools[pid]
+        engines = r["rollout_gpus"] + r["shared_gpus"]
+        out.append({"pool": pid, "gpu": p.gpu.name, "region": p.region, **r,
+                    "rollout_tp": shape.rollout_tp if engines else 1})
+    data = {
+        "plan_id": plan_id, "cluster": cluster_ref.model_dump(), "workload": workload_ref.model_dump(), "pools": out,
+        "rollout": {"kv_mem_frac": shape.kv_mem_frac, "max_num_seqs": shape.max_num_seqs},
+        "train": {"dp": shape.dp, "tp": shape.tp, "pp": shape.pp, "sharding": shape.sharding,
+                  "micro_batch": shape.micro_batch, "recompute": shape.recompute,
+                  "optimizer_offload": shape.optimizer_offload},
+        "execution": {"mode": shape.mode, "staleness_bound": shape.staleness, "pipeline_chunks": 1},
+        "weight_sync": {"route": "direct"},
+    }
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as err:
+        raise validation_error(file or "config", err) from None
