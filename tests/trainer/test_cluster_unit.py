@@ -122,3 +122,21 @@ def test_bad_and_unreachable_addresses_are_one_line():
     assert err.value.line() == (f"RAY_ADDRESS: no Ray cluster answers at 127.0.0.1:{port}: connection refused "
                                 "(start one with `ray start --head --port=PORT` and set RAY_ADDRESS to the address "
                                 "it prints, or unset RAY_ADDRESS to train on this machine)")
+
+
+def test_a_server_that_is_not_a_ray_head_is_one_line():
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))  # gRPC, but serving nothing of Ray's
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with pytest.raises(InputError) as err:
+            C.check(f"127.0.0.1:{port}")
+    finally:
+        server.stop(None)
+    line = err.value.line()
+    assert line.startswith(f"RAY_ADDRESS: 127.0.0.1:{port} does not answer as a Ray cluster's head (UNIMPLEMENTED: ")
+    assert line.endswith("(HOST:PORT of the Ray head's GCS, as `ray start --head` printed it)") and "\n" not in line

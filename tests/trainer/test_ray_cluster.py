@@ -16,7 +16,7 @@ import time
 import pytest
 import yaml
 
-from ray_nodes import ROOT, RayNodes, clean_env, free_port, inspect
+from ray_nodes import ROOT, RayNodes, inspect
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -124,18 +124,27 @@ def test_missing_token_is_one_line(cluster, tmp_path):
         "`ray get-auth-token` on the head prints it)")
 
 
-def test_wrong_token_is_one_line(cluster, tmp_path):
-    proc = _train(cluster, _plan(tmp_path, MIXED), tmp_path / "run", RAY_AUTH_TOKEN="not-the-token")
-    assert _one_line(proc) == (
-        f"mosearch: RAY_ADDRESS: the Ray cluster at {cluster.address} refused the token from RAY_AUTH_TOKEN "
+def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
+    # the same check as the CLI's (test_missing_token_is_one_line runs it end to end), in-process
+    from problems.errors import InputError
+    from trainer.cluster import check
+
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "not-the-token")
+    with pytest.raises(InputError) as err:
+        check(cluster.address)
+    assert err.value.line() == (
+        f"RAY_ADDRESS: the Ray cluster at {cluster.address} refused the token from RAY_AUTH_TOKEN "
         "(use that cluster's token: `ray get-auth-token` on the head prints it)")
-
-
-def test_auth_disabled_against_a_token_cluster_is_one_line(cluster, tmp_path):
-    proc = _train(cluster, _plan(tmp_path, MIXED), tmp_path / "run", RAY_AUTH_MODE="disabled",
-                  RAY_AUTH_TOKEN_PATH=str(cluster.token_file))
-    assert _one_line(proc) == (
-        f"mosearch: RAY_ADDRESS: the Ray cluster at {cluster.address} requires a token but RAY_AUTH_MODE=disabled "
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(cluster.token_file))
+    assert check(cluster.address) is True  # the right token: the cluster wants it, and takes it
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(InputError) as err:
+        check(cluster.address)
+    assert err.value.line() == (
+        f"RAY_ADDRESS: the Ray cluster at {cluster.address} requires a token but RAY_AUTH_MODE=disabled "
         "(unset RAY_AUTH_MODE and set RAY_AUTH_TOKEN to it, or RAY_AUTH_TOKEN_PATH to a file holding it, or put it "
         "in ~/.ray/auth_token; `ray get-auth-token` on the head prints it)")
 
@@ -150,14 +159,3 @@ def test_gpu_types_absent_is_one_line(cluster, tmp_path):
         f"at RAY_ADDRESS={cluster.address} has A100-80G x2 in eu-west, H100 x1 in us-east, L4 x1 in us-east "
         "(start nodes offering each GPU type as `--resources '{\"gpu:TYPE\": N}'` (or GPU nodes Ray labels "
         "accelerator_type:TYPE) with `--labels region=REGION`, or use a plan made for this cluster)")
-
-
-def test_unreachable_address_is_one_line(tmp_path):
-    port = free_port()  # bound a moment ago, now closed: nobody listens there
-    proc = subprocess.run([sys.executable, "-m", "mosearch.cli", "train", "--plan", str(_plan(tmp_path, MIXED)),
-                           "--steps", "1", "--no-progress"], env=clean_env(RAY_ADDRESS=f"127.0.0.1:{port}"),
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert _one_line(proc) == (
-        f"mosearch: RAY_ADDRESS: no Ray cluster answers at 127.0.0.1:{port}: connection refused (start one with "
-        "`ray start --head --port=PORT` and set RAY_ADDRESS to the address it prints, or unset RAY_ADDRESS to "
-        "train on this machine)")
