@@ -50,8 +50,13 @@ class Found:
 
     def describe(self) -> str:
         if self.regions:
-            return ", ".join(f"{k} x{v} in {r}" for k, by in sorted(self.regions.items())
-                             for r, v in sorted(by.items())) or "nothing"
+            parts = []
+            for k, n in sorted(self.devices.items()):
+                by = self.regions.get(k, {})
+                parts += [f"{k} x{v} in {r}" for r, v in sorted(by.items())]
+                if n > sum(by.values()):  # nodes without a region label
+                    parts.append(f"{k} x{n - sum(by.values())} in no region")
+            return ", ".join(parts)
         return ", ".join(f"{k} x{v}" for k, v in sorted(self.devices.items())) or "nothing"
 
 

@@ -35,7 +35,9 @@ def test_types_and_regions_from_nodes():
     # a node's gpu:<TYPE> wins over the accelerator_type Ray set on it (A100 of either size)
     assert f.resource == {"H100": "accelerator_type:H100", "L4": "accelerator_type:L4", "A100-80G": "gpu:A100-80G"}
     assert f.regions == {"H100": {"us-east": 8, "eu-west": 8}, "L4": {"us-east": 4}, "A100-80G": {"eu-west": 8}}
-    assert f.cuda and "H100 x8 in eu-west" in f.describe()
+    assert f.cuda and f.describe() == "A100-80G x8 in eu-west, H100 x8 in eu-west, H100 x8 in us-east, L4 x4 in us-east"
+    f = P.from_nodes(NODES[:1] + [_node({"CPU": 8, "gpu:H100": 2})])  # one node without a region label
+    assert f.regions == {"H100": {"us-east": 8}} and f.describe() == "H100 x8 in us-east, H100 x2 in no region"
 
 
 def test_names_match_by_words_not_substrings():
