@@ -159,3 +159,30 @@ def test_gpu_types_absent_is_one_line(cluster, tmp_path):
         f"at RAY_ADDRESS={cluster.address} has A100-80G x2 in eu-west, H100 x1 in us-east, L4 x1 in us-east "
         "(start nodes offering each GPU type as `--resources '{\"gpu:TYPE\": N}'` (or GPU nodes Ray labels "
         "accelerator_type:TYPE) with `--labels region=REGION`, or use a plan made for this cluster)")
+
+
+NO_ROOM = """
+import json, sys
+from problems.errors import InputError
+from ray.util import placement_group_table
+from trainer import placement as P
+P.PG_WAIT_S = 3.0
+found = P.detect()
+two = [P.EngineSpec("H100@us-east", "H100", 1, False)] * 2  # the cluster has one H100: never placeable
+lay = P.Layout(two, [], colocated=False, emulated=False, pool_regions={"H100@us-east": "us-east"})
+try:
+    P.placement_groups(lay, found)
+except InputError as e:
+    print(json.dumps({"line": e.line(), "pgs": [p["state"] for p in placement_group_table().values()]}))
+"""
+
+
+def test_no_room_for_the_placement_groups_is_one_line(cluster):
+    env = cluster.env(RAY_ADDRESS=cluster.address, RAY_AUTH_TOKEN_PATH=str(cluster.token_file))
+    out = subprocess.run([sys.executable, "-c", NO_ROOM], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["line"] == (
+        f"RAY_ADDRESS: the Ray cluster at {cluster.address} did not place the plan's 2 bundles within 3 s "
+        "(free: CPU 8, gpu:H100 1) (free its nodes, or give each engine and rank 2 CPUs on a node of its GPU type)")
+    assert set(got["pgs"]) <= {"REMOVED"}  # the pending group is not left behind
