@@ -318,8 +318,10 @@ def placement_groups(lay: Layout, found: Found):
 
     b_r, b_t = bundles(lay, found)
     s_r, s_t = selectors(lay)
-    pg_r = placement_group(b_r, strategy="PACK", bundle_label_selector=s_r)
-    pg_t = placement_group(b_t, strategy="PACK", bundle_label_selector=s_t) if b_t else pg_r
+    # label selectors only where regions are labelled (a Ray without label support still runs the rest)
+    sel = lambda s: {"bundle_label_selector": s} if s else {}  # noqa: E731
+    pg_r = placement_group(b_r, strategy="PACK", **sel(s_r))
+    pg_t = placement_group(b_t, strategy="PACK", **sel(s_t)) if b_t else pg_r
     if not found.ray_address:
         ray.get([pg_r.ready(), pg_t.ready()])
         return pg_r, pg_t
@@ -351,7 +353,7 @@ def _here(_actor) -> dict:
     import ray
 
     ctx = ray.get_runtime_context()
-    labels = ctx.get_node_labels() or {}
+    labels = (ctx.get_node_labels() if hasattr(ctx, "get_node_labels") else None) or {}
     return {"node_id": ctx.get_node_id(), "resources": ctx.get_assigned_resources(),
             "region": labels.get(REGION_LABEL)}
 
