@@ -285,6 +285,11 @@ class Driver:
         self._engine_gen = [0] * len(self.engines)
         self._spawn_workers()
         ray.get([e.get_version.remote() for e in self.engines] + [w.memory.remote() for w in self.workers])
+        # Where every actor landed, as it reports itself (node, resources, region): the run's evidence
+        # that each engine and rank sits on a node of its pool's GPU type.
+        self.placed = [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
+            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.train_pools)],
+            P.where(self.engines + self.workers))]
 
     def _spawn_engine(self, i: int):
         """Rollout engine i in bundle i of the rollout placement group (also used to restart it)."""
@@ -795,7 +800,8 @@ class Driver:
             "status": self.status, "plan_id": self.plan.plan_id, "mode": self.mode, "steps": self.step,
             "layout": {"engines": len(self.engines), "dp": len(self.workers),
                        "emulated": getattr(self, "layout", None) and self.layout.emulated,
-                       "notes": getattr(self, "layout", None) and self.layout.notes},
+                       "notes": getattr(self, "layout", None) and self.layout.notes,
+                       "placed": getattr(self, "placed", [])},
             "measured": measured, "predicted": dict(self.plan.predicted),
             "reward_heldout_last": held[-1] if held else None,
         }

@@ -1,9 +1,16 @@
 """From a plan to Ray: find the cluster, check the plan fits it, reserve placement groups per role.
 
-GPU types: on a real cluster Ray's `accelerator_type:<TYPE>` node resources name them. On one
-machine a mixed cluster is emulated with custom resources named `gpu:<TYPE>`; the work then runs
-on the CPU (an emulation of the placement, not of the GPUs' speed). This machine with no GPU is
-the cluster `cpu-local` with MOSEARCH_LOCAL_DEVICES devices (default 2).
+GPU types on a Ray cluster (RAY_ADDRESS): a node's GPUs count for type T when the node has the
+custom resource `gpu:T` (its value is the device count; it wins over the next rule), or when it has
+`GPU` > 0 and the resource `accelerator_type:T` Ray sets on GPU nodes (e.g. `accelerator_type:H100`).
+A plan's GPU name matches a cluster's type when their normalised names are equal, else when the
+words of one are a subset of the other's (A100-80G ~ A100, H100 ~ 'NVIDIA H100 80GB HBM3'; L4 is
+not L40S). Regions: when nodes carry the label `region` (`ray start --labels region=R`), a pool
+GPU@R is placed only on nodes of that type labelled R (placement-group bundle label selectors).
+
+On one machine a mixed cluster is emulated with custom resources named `gpu:<TYPE>`; the work then
+runs on the CPU (an emulation of the placement, not of the GPUs' speed). This machine with no GPU
+is the cluster `cpu-local` with MOSEARCH_LOCAL_DEVICES devices (default 2).
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from problems.placement.plan import Plan
 LOCAL_GPU = "cpu-local"
 EMULATE_MAX_ENGINES = 2  # a 2-core machine: more processes would only time-slice
 EMULATE_MAX_DP = 2
+REGION_LABEL = "region"  # node label naming a plan region
+PG_WAIT_S = 120.0  # a joined cluster: how long to wait for room for the placement groups
+ACCEL_SHARE = 0.001  # what Ray's own accelerator_type constraint asks of a node's `accelerator_type:T` (1 per node)
 
 
 def _norm(name: str) -> str:
@@ -35,9 +45,42 @@ class Found:
     devices: dict[str, int]
     ray_address: str | None = None
     cuda: bool = False
+    resource: dict[str, str] = field(default_factory=dict)  # type -> the Ray resource naming it on the cluster
+    regions: dict[str, dict[str, int]] = field(default_factory=dict)  # type -> region label -> devices
 
     def describe(self) -> str:
+        if self.regions:
+            parts = []
+            for k, n in sorted(self.devices.items()):
+                by = self.regions.get(k, {})
+                parts += [f"{k} x{v} in {r}" for r, v in sorted(by.items())]
+                if n > sum(by.values()):  # nodes without a region label
+                    parts.append(f"{k} x{n - sum(by.values())} in no region")
+            return ", ".join(parts)
         return ", ".join(f"{k} x{v}" for k, v in sorted(self.devices.items())) or "nothing"
+
+
+def from_nodes(nodes: list[dict], ray_address: str | None = None) -> Found:
+    """GPU types, their Ray resource and regions from `ray.nodes()` (see the module doc for the rules)."""
+    devices: dict[str, int] = {}
+    resource: dict[str, str] = {}
+    regions: dict[str, dict[str, int]] = {}
+    cuda = False
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources", {})
+        gpus = int(res.get("GPU", 0))
+        cuda = cuda or gpus > 0
+        custom = {k[4:]: int(v) for k, v in res.items() if k.startswith("gpu:")}
+        here = custom or {k.split(":", 1)[1]: gpus for k in res if k.startswith("accelerator_type:") and gpus}
+        region = (node.get("Labels") or {}).get(REGION_LABEL)
+        for gpu, n in here.items():
+            devices[gpu] = devices.get(gpu, 0) + n
+            resource[gpu] = f"gpu:{gpu}" if custom else f"accelerator_type:{gpu}"
+            if region:
+                regions.setdefault(gpu, {})[region] = regions.get(gpu, {}).get(region, 0) + n
+    return Found(devices, ray_address, cuda=cuda, resource=resource, regions=regions)
 
 
 def detect(ray_address: str | None = None) -> Found:
@@ -46,20 +89,10 @@ def detect(ray_address: str | None = None) -> Found:
     if ray_address:
         import ray
 
-        if not ray.is_initialized():
-            ray.init(address=ray_address, log_to_driver=False)
-        devices: dict[str, int] = {}
-        for node in ray.nodes():
-            if not node.get("Alive"):
-                continue
-            res = node.get("Resources", {})
-            gpus = int(res.get("GPU", 0))
-            for key, val in res.items():
-                if key.startswith("accelerator_type:") and gpus:
-                    devices[key.split(":", 1)[1]] = devices.get(key.split(":", 1)[1], 0) + gpus
-                elif key.startswith("gpu:"):
-                    devices[key[4:]] = devices.get(key[4:], 0) + int(val)
-        return Found(devices, ray_address, cuda=any(n.get("Resources", {}).get("GPU") for n in ray.nodes()))
+        from trainer.cluster import connect
+
+        connect(ray_address)
+        return from_nodes(ray.nodes(), ray_address)
     import torch
 
     if torch.cuda.is_available():
@@ -67,12 +100,21 @@ def detect(ray_address: str | None = None) -> Found:
     return Found({LOCAL_GPU: int(os.environ.get("MOSEARCH_LOCAL_DEVICES", "2"))})
 
 
+def _words(name: str) -> set[str]:
+    words = {re.sub(r"^(\d+)gb$", r"\1g", w) for w in re.findall(r"[a-z0-9]+", name.lower())}
+    return words - {"nvidia", "tesla"}
+
+
 def _match(gpu: str, found: dict[str, int]) -> str | None:
-    """A plan GPU name matches a found type when one normalised name contains the other (H100 ~ 'NVIDIA H100 80GB HBM3')."""
-    g = _norm(gpu)
+    """The found type a plan GPU name means: equal normalised names first, else one name's words a
+    subset of the other's (H100 ~ 'NVIDIA H100 80GB HBM3', A100-80G ~ A100; L4 is not L40S)."""
     for name in found:
-        n = _norm(name)
-        if g == n or (g and (g in n or n in g)):
+        if _norm(name) == _norm(gpu):
+            return name
+    g = _words(gpu)
+    for name in found:
+        w = _words(name)
+        if g and w and (g <= w or w <= g):
             return name
     return None
 
@@ -94,6 +136,7 @@ class Layout:
     colocated: bool
     emulated: bool
     notes: list[str] = field(default_factory=list)  # every way the run deviates from the plan
+    pool_regions: dict[str, str] = field(default_factory=dict)  # pool -> region label its bundles must carry
 
     @property
     def dp(self) -> int:
@@ -103,15 +146,29 @@ class Layout:
 def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> Layout:
     """Check the plan against the found cluster and decide what to launch; refuse a plan for another cluster."""
     missing = shortfall(plan, found)
-    if missing and not emulate:
-        where = "this Ray cluster" if found.ray_address else "this machine"
+    if missing and found.ray_address:
+        if emulate:
+            raise InputError(None, "RAY_ADDRESS", f"--emulate runs a plan on this machine's own Ray, not on the "
+                             f"Ray cluster at {found.ray_address}, which lacks {'; '.join(missing)}",
+                             "unset RAY_ADDRESS to emulate here, or run a plan for that cluster")
         raise InputError(plan_file, "pools", f"plan for cluster '{plan.cluster.name}' needs {'; '.join(missing)}; "
-                         f"{where} has {found.describe()}", "a plan made for this cluster, or --emulate to run it scaled down here")
+                         f"the Ray cluster at RAY_ADDRESS={found.ray_address} has {found.describe()}",
+                         "start nodes offering each GPU type as `--resources '{\"gpu:TYPE\": N}'` (or GPU nodes "
+                         "Ray labels accelerator_type:TYPE)" + (" with `--labels region=REGION`" if found.regions else "")
+                         + ", or use a plan made for this cluster")
+    if missing and not emulate:
+        raise InputError(plan_file, "pools", f"plan for cluster '{plan.cluster.name}' needs {'; '.join(missing)}; "
+                         f"this machine has {found.describe()}", "a plan made for this cluster, or --emulate to run it scaled down here")
     emulated = bool(missing)
     notes: list[str] = []
     colocated = plan.execution.mode == "colocated"
     engines = [EngineSpec(p.pool, p.gpu, p.rollout_tp, colocated) for p in plan.pools for _ in range(p.rollout_engines)]
     ranks = [p.pool for p in plan.pools for _ in range((p.train_gpus + p.shared_gpus) // (plan.train.tp * plan.train.pp))]
+    pool_regions = {p.pool: p.region for p in plan.pools} if found.regions and not emulated else {}
+    plan_regions = sorted({p.region for p in plan.pools})
+    if found.ray_address and not found.regions and len(plan_regions) > 1:
+        notes.append(f"the Ray cluster's nodes carry no '{REGION_LABEL}' label: pools placed by GPU type only, "
+                     f"not by the plan's regions ({', '.join(plan_regions)})")
     if not found.cuda:
         if any(e.tp > 1 for e in engines):
             notes.append("rollout tensor parallelism runs as tp=1 on the CPU")
@@ -126,29 +183,36 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
             notes.append(f"emulated: train dp={len(ranks)} scaled down to {EMULATE_MAX_DP}")
             ranks = _spread(ranks, EMULATE_MAX_DP)
         notes.append("emulated: GPU types are Ray custom resources; all work runs on the CPU")
-    return Layout(engines, ranks, colocated, emulated, notes)
+    return Layout(engines, ranks, colocated, emulated, notes, pool_regions)
 
 
 def shortfall(plan: Plan, found: Found) -> list[str]:
-    """One phrase per GPU type the plan needs more of than the cluster has, e.g.
-    'H100 x16 (found 0) for 8 rollout + 8 train in H100@us-east'."""
-    total: dict[str, int] = {}
-    roles: dict[str, dict[str, int]] = {}
-    pools: dict[str, list[str]] = {}
+    """One phrase per GPU type (per type and region when the cluster labels regions) the plan needs
+    more of than the cluster has, e.g. 'H100 x16 (found 0) for 8 rollout + 8 train in H100@us-east'."""
+    total: dict[tuple, int] = {}
+    roles: dict[tuple, dict[str, int]] = {}
+    pools: dict[tuple, list[str]] = {}
     for p in plan.pools:
-        total[p.gpu] = total.get(p.gpu, 0) + p.used_gpus
-        pools.setdefault(p.gpu, []).append(p.pool)
-        r = roles.setdefault(p.gpu, {})
+        key = (p.gpu, p.region if found.regions else None)
+        total[key] = total.get(key, 0) + p.used_gpus
+        pools.setdefault(key, []).append(p.pool)
+        r = roles.setdefault(key, {})
         for role, k in (("rollout", p.rollout_gpus), ("train", p.train_gpus), ("shared", p.shared_gpus)):
             if k:
                 r[role] = r.get(role, 0) + k
     out = []
-    for gpu, n in total.items():
+    for (gpu, region), n in total.items():
         have_name = _match(gpu, found.devices)
-        have = found.devices.get(have_name, 0) if have_name else 0
+        if not have_name:
+            have = 0
+        elif region is None:
+            have = found.devices.get(have_name, 0)
+        else:
+            have = found.regions.get(have_name, {}).get(region, 0)
         if have < n:
-            split = " + ".join(f"{k} {role}" for role, k in roles[gpu].items())
-            out.append(f"{gpu} x{n} (found {have}) for {split} in {', '.join(pools[gpu])}")
+            split = " + ".join(f"{k} {role}" for role, k in roles[(gpu, region)].items())
+            where = f" in region {region}" if region else ""
+            out.append(f"{gpu} x{n}{where} (found {have}) for {split} in {', '.join(pools[(gpu, region)])}")
     return out
 
 
@@ -167,7 +231,9 @@ def start_ray(lay: Layout, found: Found) -> bool:
     if ray.is_initialized():
         return False
     if found.ray_address:
-        ray.init(address=found.ray_address, log_to_driver=False)
+        from trainer.cluster import connect
+
+        connect(found.ray_address)
         return False
     # Logical CPUs: actors mostly wait on each other, so they may outnumber cores.
     n_actors = len(lay.engines) + lay.dp
@@ -182,22 +248,42 @@ def start_ray(lay: Layout, found: Found) -> bool:
     return True
 
 
+def _type_resources(gpu: str, found: Found, devices: float) -> dict:
+    """The resources asking for `devices` of plan GPU type `gpu` (CPU not included)."""
+    name = _match(gpu, found.devices)
+    key = found.resource.get(name) if name else None
+    if key and key.startswith("accelerator_type:"):
+        return {"GPU": devices, key: ACCEL_SHARE}
+    if key:  # gpu:<TYPE>, on GPU nodes or as the emulation of one
+        return {"GPU": devices, key: devices} if found.cuda else {key: devices}
+    if found.cuda:
+        return {"GPU": devices}
+    return {resource_name(gpu): devices}
+
+
 def actor_options(gpu: str, found: Found, share: float, bundle) -> dict:
     """Ray options pinning an actor to its placement-group bundle and GPU type (`share` of one device)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     opts: dict = {"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(*bundle)}
-    if found.cuda:
-        opts["num_gpus"] = share
-    else:
-        opts["resources"] = {resource_name(gpu): share}
+    res = _type_resources(gpu, found, share)
+    if "GPU" in res:
+        opts["num_gpus"] = res.pop("GPU")
+    if res:
+        opts["resources"] = res
     return opts
 
 
 def bundle_resources(gpu: str, found: Found, devices: float) -> dict:
-    if found.cuda:
-        return {"CPU": 2, "GPU": devices}
-    return {"CPU": 2, resource_name(gpu): devices}
+    return {"CPU": 2, **_type_resources(gpu, found, devices)}
+
+
+def _bundle_pools(lay: Layout) -> tuple[list[str], list[str] | None]:
+    """The pool behind each bundle of the rollout and train groups (colocated: one group)."""
+    if lay.colocated:
+        pools = [e.pool for e in lay.engines] + list(lay.train_pools)
+        return [pools[i % len(pools)] for i in range(max(len(lay.engines), lay.dp))], None
+    return [e.pool for e in lay.engines], list(lay.train_pools)
 
 
 def bundles(lay: Layout, found: Found) -> tuple[list[dict], list[dict] | None]:
@@ -206,12 +292,23 @@ def bundles(lay: Layout, found: Found) -> tuple[list[dict], list[dict] | None]:
     Colocated: each bundle is one shared device; an engine and a rank each take half of it (as
     verl's colocated worker groups do with fractional GPUs).
     """
+    gpu_of = {e.pool: e.gpu for e in lay.engines}
+    tp_of = {e.pool: e.tp for e in lay.engines}
+    gpu = lambda pool: gpu_of.get(pool) or pool.split("@")[0]  # noqa: E731
+    p_r, p_t = _bundle_pools(lay)
     if lay.colocated:
-        gpus = [e.gpu for e in lay.engines] + [p.split("@")[0] for p in lay.train_pools]
-        n = max(len(lay.engines), lay.dp)
-        return [bundle_resources(gpus[i % len(gpus)], found, 1) for i in range(n)], None
-    return ([bundle_resources(e.gpu, found, e.tp) for e in lay.engines],
-            [bundle_resources(p.split("@")[0], found, 1) for p in lay.train_pools])
+        return [bundle_resources(gpu(p), found, 1) for p in p_r], None
+    return ([bundle_resources(gpu(p), found, tp_of[p]) for p in p_r],
+            [bundle_resources(gpu(p), found, 1) for p in p_t])
+
+
+def selectors(lay: Layout) -> tuple[list[dict] | None, list[dict] | None]:
+    """Node-label selectors per bundle (the pool's region), or None where the cluster labels no regions."""
+    if not lay.pool_regions:
+        return None, None
+    p_r, p_t = _bundle_pools(lay)
+    sel = lambda pools: [{REGION_LABEL: lay.pool_regions[p]} for p in pools]  # noqa: E731
+    return sel(p_r), (sel(p_t) if p_t is not None else None)
 
 
 def placement_groups(lay: Layout, found: Found):
@@ -220,7 +317,49 @@ def placement_groups(lay: Layout, found: Found):
     from ray.util.placement_group import placement_group
 
     b_r, b_t = bundles(lay, found)
-    pg_r = placement_group(b_r, strategy="PACK")
-    pg_t = placement_group(b_t, strategy="PACK") if b_t else pg_r
-    ray.get([pg_r.ready(), pg_t.ready()])
+    s_r, s_t = selectors(lay)
+    # label selectors only where regions are labelled (a Ray without label support still runs the rest)
+    sel = lambda s: {"bundle_label_selector": s} if s else {}  # noqa: E731
+    pg_r = placement_group(b_r, strategy="PACK", **sel(s_r))
+    pg_t = placement_group(b_t, strategy="PACK", **sel(s_t)) if b_t else pg_r
+    if not found.ray_address:
+        ray.get([pg_r.ready(), pg_t.ready()])
+        return pg_r, pg_t
+    # A joined cluster may have the GPU types but not the room (CPUs, busy devices): say so, do not hang.
+    try:
+        ray.get([pg_r.ready(), pg_t.ready()], timeout=PG_WAIT_S)
+    except ray.exceptions.GetTimeoutError:
+        from ray.util.placement_group import remove_placement_group
+
+        free = {k: v for k, v in ray.available_resources().items() if k == "CPU" or k in _keys(b_r + (b_t or []))}
+        for pg in {id(pg_r): pg_r, id(pg_t): pg_t}.values():
+            remove_placement_group(pg)
+        raise InputError(None, "RAY_ADDRESS", f"the Ray cluster at {found.ray_address} did not place the plan's "
+                         f"{len(b_r) + len(b_t or [])} bundles within {PG_WAIT_S:g} s (free: {_fmt(free)})",
+                         "free its nodes, or give each engine and rank 2 CPUs on a node of its GPU type") from None
     return pg_r, pg_t
+
+
+def _keys(bundle_list: list[dict]) -> set[str]:
+    return {k for b in bundle_list for k in b}
+
+
+def _fmt(res: dict) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(res.items())) or "nothing"
+
+
+def _here(_actor) -> dict:
+    """Run inside an actor: the node it runs on and the resources Ray gave it."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    labels = (ctx.get_node_labels() if hasattr(ctx, "get_node_labels") else None) or {}
+    return {"node_id": ctx.get_node_id(), "resources": ctx.get_assigned_resources(),
+            "region": labels.get(REGION_LABEL)}
+
+
+def where(actors: list) -> list[dict]:
+    """Where each actor landed, as reported from inside it (node id, assigned resources, region label)."""
+    import ray
+
+    return ray.get([a.__ray_call__.remote(_here) for a in actors])

@@ -202,7 +202,7 @@ def test_checkpoint_choice_skips_corrupt_and_refuses_when_none_verifies(tmp_path
 
 
 @pytest.mark.parametrize("gpu, n, expect", [
-    ("H100", 8, "needs H100 x16 (found 0) for 8 rollout + 8 train in H100@local; this Ray cluster has cpu-local x4"),
+    ("H100", 8, "needs H100 x16 (found 0) for 8 rollout + 8 train in H100@local; the Ray cluster at RAY_ADDRESS="),
     ("cpu-local", 3, "needs cpu-local x6 (found 4) for 3 rollout + 3 train in cpu-local@local"),
 ])
 def test_plan_for_another_cluster_is_refused_before_anything_starts(ray_cluster, tmp_path, monkeypatch, capsys,
@@ -221,6 +221,6 @@ def test_plan_for_another_cluster_is_refused_before_anything_starts(ray_cluster,
     plan = _plan(tmp_path, rollout=n, train=n, gpu=gpu)
     assert main(["train", "--plan", str(plan), "--steps", "1", "--out", str(tmp_path / "r"), "--backend", "hf"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and expect in err[0] and "--emulate" in err[0], err
+    assert len(err) == 1 and expect in err[0] and f"RAY_ADDRESS={ray_cluster['address']} has cpu-local x4" in err[0], err
     assert started == [] and len(placement_group_table()) == groups and len(ray._private.state.actors()) == actors
     assert not (tmp_path / "r").exists()
