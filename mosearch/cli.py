@@ -17,6 +17,7 @@ COMMANDS = [
     "pick",
     "show",
     "export",
+    "predict",
     "train",
     "profile",
 ]

@@ -28,7 +28,8 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     e = ctx.eff
     mode, k = f["mode"], f["staleness_bound"]
     colo = mode == MODE_COLOCATED
-    chunks = np.where(colo, 1, f["pipeline_chunks"]).astype(float)
+    # several optimizer updates per step train on the whole batch: no streaming into training
+    chunks = np.where(colo | (ctx.updates > 1), 1, f["pipeline_chunks"]).astype(float)
     ro = rollout_times(ctx, f)
     tr = train_times(ctx, f, chunks)
     # orchestration overheads (0 unless calibrated from runs): one rollout call per chunk
@@ -103,6 +104,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
         "rollout_tail_s": ro["rollout_tail_s"],
         "train_s": tr["train_s"],
         "train_compute_s": tr["train_compute_s"],
+        "pipeline_bubble_s": tr["pipeline_bubble_s"],
+        "tp_comm_s": tr["tp_comm_s"],
+        "pp_comm_s": tr["pp_comm_s"],
         "dp_sync_s": tr["dp_sync_s"],
         "optimizer_s": tr["optimizer_s"],
         "sync_s": sync,

@@ -1,0 +1,216 @@
+"""End-to-end check of the performance model: published training iterations against `predict_training`.
+
+    python benchmarks/e2e_validation.py [--out results/bench/e2e_validation.md]
+
+Rows: benchmarks/data/e2e_published.csv (each with its source URL and table). The measured iteration
+time is derived from the published figure (Megatron's TFLOP/s per GPU through its own FLOP count,
+or tokens/s/GPU). Predictions use `problems.placement.predict.predict_training`, the code path the
+planner scores plans with, under two sets of per-GPU efficiencies, neither fitted to these rows:
+- catalog: the GPU catalog as shipped: mfu, train_fit.elementwise_eff and train_fit.layer_s are the
+  per-GPU-type fit of benchmarks/model_validation.py on measured per-layer times (Sailor and Aceso
+  profiles; H100 takes the GH200 fit: the same GH100 die, 989 dense BF16 TFLOP/s both); the script
+  refits them and prints the largest difference to the catalog's rounded figures;
+- published-MFU defaults: what the catalog held before (a whole-run MFU from published ranges as
+  the matmul efficiency, element-wise kernels at the roofline 60% of bandwidth, no per-layer floor).
+Nothing is fitted to the end-to-end rows, so no leave-one-source-out is needed; the table reports
+the error per source and per GPU family.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from problems.placement.predict import TrainingJob, predict_training  # noqa: E402
+
+DATA = ROOT / "benchmarks" / "data" / "e2e_published.csv"
+# measured-set GPU (benchmarks/model_validation.py chips) whose per-layer fit stands for a catalog type
+FIT_FOR = {"A100-80G": "A100", "A100-40G": "A100", "H100": "GH-96", "V100": "V100-16"}
+
+
+def _val(text: str):
+    """(value, assumed): a trailing * marks a value the source does not publish with the row."""
+    return text.rstrip("*"), text.endswith("*")
+
+
+def load_rows(path: Path = DATA) -> list[dict]:
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    rows = []
+    for r in csv.DictReader(lines):
+        assumed = [k for k, v in r.items() if isinstance(v, str) and v.endswith("*")]
+        rows.append({k: _val(v)[0] if isinstance(v, str) else v for k, v in r.items()} | {"assumed": assumed})
+    return rows
+
+
+def megatron_flops(r: dict) -> float:
+    """FLOPs per iteration as Megatron-LM counts them (Narayanan et al. 2021, eq. 3: full recompute)."""
+    B, s, l, h, V = (float(r[k]) for k in ("global_batch", "seq_len", "layers", "hidden", "vocab"))
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def measured_step_s(r: dict) -> float:
+    gpus, v = int(r["gpus"]), float(r["value"])
+    if r["metric"] == "tflops_per_gpu":
+        return megatron_flops(r) / (gpus * v * 1e12)
+    if r["metric"] == "tokens_s_per_gpu":
+        return int(r["global_batch"]) * int(r["seq_len"]) / (gpus * v)
+    raise ValueError(f"unknown metric {r['metric']!r}")
+
+
+def job_of(r: dict, efficiencies: dict) -> TrainingJob:
+    tp, pp, gpus = int(r["tp"]), int(r["pp"]), int(r["gpus"])
+    arch = dict(layers=int(r["layers"]), hidden=int(r["hidden"]), heads=int(r["heads"]), kv_heads=int(r["heads"]),
+                ffn=int(r["ffn"]), vocab=int(r["vocab"]), mlp=r["mlp"], tied_embeddings=True)
+    return TrainingJob(name=r["id"], model=arch, precision=r["precision"], attention=r["attention"],
+                       seq_len=int(r["seq_len"]), global_batch=int(r["global_batch"]),
+                       micro_batch=int(r["micro_batch"]), dp=gpus // (tp * pp), tp=tp, pp=pp, gpu=r["gpu"],
+                       inter_node_gbs=float(r["inter_node_gbs"]), recompute=r["recompute"] == "1",
+                       interleave=int(r["interleave"]), efficiencies=efficiencies)
+
+
+def per_layer_efficiencies() -> dict[str, dict[str, float]]:
+    """{catalog GPU type: {mfu, decode_eff, layer_s}} from benchmarks/model_validation.py's fit."""
+    import model_validation as mv
+
+    rows = mv.training_rows()
+    X = mv.training_features(rows)
+    y = np.array([r["y"] for r in rows])
+    chips = np.array([mv.chip(r["gpu"]) for r in rows])
+    per_group, _ = mv.fit_training(X, y, chips, mv.row_links(rows))
+    out = {}
+    for gpu, src in FIT_FOR.items():
+        inv_c, inv_m, c = per_group[src]
+        out[gpu] = {"mfu": float(1 / inv_c), "elementwise_eff": float(1 / inv_m), "layer_s": float(c) / 1e3}
+    return out
+
+
+# the catalog's figures before the per-layer fit (gpus.yaml sources MFU-A100, MFU-H100, ROOF)
+PUBLISHED_MFU = {"A100-80G": 0.45, "A100-40G": 0.45, "H100": 0.40, "V100": 0.40}
+
+
+def published_mfu_defaults() -> dict[str, dict[str, float]]:
+    return {g: {"mfu": m, "elementwise_eff": 0.60, "layer_s": 0.0} for g, m in PUBLISHED_MFU.items()}
+
+
+def catalog_gap(fit: dict[str, dict[str, float]]) -> float:
+    """Largest relative difference between the refitted figures and the catalog's."""
+    from problems.placement.catalog import gpu_catalog
+
+    cat = gpu_catalog()
+    gaps = []
+    for g, v in fit.items():
+        have = {"mfu": cat[g].mfu, **cat[g].train_fit}
+        gaps += [abs(have[k] / v[k] - 1) for k in ("mfu", "elementwise_eff", "layer_s")]
+    return max(gaps)
+
+
+PER_LAYER: dict[str, dict[str, float]] = {}
+
+
+def family(gpu: str) -> str:
+    return gpu.split("-")[0]
+
+
+def evaluate(rows, fits) -> list[dict]:
+    out = []
+    for r in rows:
+        meas = measured_step_s(r)
+        res = {"row": r, "measured_s": meas}
+        for name, eff in fits.items():
+            e = {r["gpu"]: eff[r["gpu"]]} if r["gpu"] in eff else {}
+            p = predict_training(job_of(r, e))
+            res[name] = p
+            res[f"{name}_err"] = p["step_s"] / meas - 1
+        out.append(res)
+    return out
+
+
+def report(results, fits, gap) -> str:
+    names = list(fits)
+    lines = ["# End-to-end validation: published training iterations vs the model", "",
+             "Made by `python benchmarks/e2e_validation.py`. Rows: `benchmarks/data/e2e_published.csv` (source URL",
+             "and table per row). Measured iteration = the published figure converted with the source's own",
+             "FLOP count (Megatron: 96 B s l h^2 (1 + s/6h + V/16lh) per iteration) or tokens/s/GPU. Predicted:",
+             "`problems.placement.predict.predict_training`, the code path `mosearch predict` and the planner use.",
+             "Error = predicted / measured - 1 (negative: predicted too fast). Nothing is fitted to these rows.",
+             "",
+             "Efficiency sets: **catalog** = the GPU catalog as shipped, whose training figures (mfu, element-wise",
+             "bandwidth share, per-layer floor) are `benchmarks/model_validation.py`'s fit on measured per-layer times",
+             "(H100 uses the GH200 fit; refitted now: " + "; ".join(
+                 f"{g}: mfu {v['mfu']:.2f}, elementwise {v['elementwise_eff']:.2f}, floor {v['layer_s'] * 1e3:.2f} ms"
+                 for g, v in PER_LAYER.items() if any(x['row']['gpu'] == g for x in results))
+             + f"; largest difference to the catalog's rounded figures {gap * 100:.1f}%);",
+             "**published-MFU defaults** = the catalog before that fit (mfu 0.45 A100 / 0.40 H100 from published",
+             "whole-run MFU, element-wise kernels at 60% of bandwidth, no per-layer floor).",
+             "",
+             "| row | source | GPU | GPUs | dp x tp x pp | batch / mb | measured s | "
+             + " | ".join(f"{n} s | {n} error" for n in names) + " | assumed |",
+             "|---|---|---|---|---|---|---|" + "---|---|" * len(names) + "---|"]
+    for x in results:
+        r = x["row"]
+        lay = x[names[0]]["layout"]
+        cells = " | ".join(f"{x[n]['step_s']:.3g} | {x[n + '_err'] * 100:+.0f}%" for n in names)
+        lines.append(f"| {r['id']} | [{r['source']}, {r['where']}]({r['url']}) | {r['gpu']} | {r['gpus']} | "
+                     f"{lay['dp']} x {lay['tp']} x {lay['pp']} | {r['global_batch']} / {r['micro_batch']} | "
+                     f"{x['measured_s']:.3g} | {cells} | {', '.join(r['assumed']) or '-'} |")
+    lines += ["", "## Median absolute error", "", "| set | " + " | ".join(names) + " |",
+              "|---|" + "---|" * len(names)]
+    groups = {"all rows": results}
+    for fam in sorted({family(x["row"]["gpu"]) for x in results}):
+        groups[f"{fam} family"] = [x for x in results if family(x["row"]["gpu"]) == fam]
+    for src in sorted({x["row"]["source"] for x in results}):
+        groups[src] = [x for x in results if x["row"]["source"] == src]
+    for label, sub in groups.items():
+        cells = " | ".join(f"{np.median([abs(x[n + '_err']) for x in sub]) * 100:.1f}% ({len(sub)})" for n in names)
+        lines.append(f"| {label} | {cells} |")
+    lines += ["", "## Breakdown of the rows (catalog)", "",
+              "| row | compute s | bubble s | TP s | PP s | DP s | optimizer s | memory GB (reserved / capacity) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for x in results:
+        p = x[names[0]]
+        b = p["breakdown"]
+        m = p["memory_gb"]
+        lines.append(f"| {x['row']['id']} | {b['train_compute_s']:.3g} | {b['pipeline_bubble_s']:.3g} | "
+                     f"{b['tp_comm_s']:.3g} | {b['pp_comm_s']:.3g} | {b['dp_sync_s']:.3g} | {b['optimizer_s']:.3g} | "
+                     f"{m['reserved']:.0f} / {m['capacity']:.0f} |")
+    lines += ["", "## What this does not show", "",
+              "- The H100 family has one row, an FP8 run (NeMo 25.02, DGX-H100): the FP8 matmul efficiency is not",
+              "  measured (the H100 figures come from GH200 fp16/fp32 layers), the run's recompute setting and",
+              "  vocabulary are not published with it, and its memory (192 GB predicted without sequence",
+              "  parallelism or a distributed optimizer, neither of which the model has) cannot be right. The",
+              "  20% target per GPU family is met for A100 only; BF16 H100 rows with their layouts were not",
+              "  found in text form (Megatron-LM's H100 table is an image).",
+              "- The Megatron rows run the interleaved schedule; the number of virtual stages is not published,",
+              "  so they are predicted with plain 1F1B (v = 1, marked assumed): their bubble is over-counted.",
+              "  The micro-batch size is not published with the table either (1 assumed, the smallest).",
+              "- No RL rows yet: NeMo-RL's GRPO figures (Llama-3.1-8B on 16 x H100, 1,562 tokens/s/GPU) were not",
+              "  scored in this change (they need the run's generation lengths and a rollout layout).",
+              "- No published memory figures with these rows: memory is predicted but not checked here.",
+              ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "results/bench/e2e_validation.md"))
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    PER_LAYER.update(per_layer_efficiencies())
+    fits = {"catalog": {}, "published-MFU defaults": published_mfu_defaults()}
+    results = evaluate(load_rows(), fits)
+    text = report(results, fits, catalog_gap(PER_LAYER))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
