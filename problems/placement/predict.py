@@ -241,7 +241,7 @@ def _spec_path(plan_file: str | Path, given: str) -> Path:
     return alt if alt.is_file() else p
 
 
-def predict_plan(plan_file: str | Path, *, prompts_per_step: int | None = None, group_size: int | None = None,
+def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | None = None, group_size: int | None = None,
                  prompt_len: int | None = None, response_mean: int | None = None, response_max: int | None = None,
                  mini_batches: int = 1, cluster=None, workload=None) -> dict:
     """The model's figures for one RL step of a plan with the settings a run actually used.
@@ -252,7 +252,7 @@ def predict_plan(plan_file: str | Path, *, prompts_per_step: int | None = None, 
     from problems.placement.plan import load_plan
     from problems.placement.problem import PlacementProblem
 
-    plan = load_plan(plan_file)
+    plan = plan or load_plan(plan_file)
     cl = cluster or load_cluster(_spec_path(plan_file, plan.cluster.path))
     wl = workload or load_workload(_spec_path(plan_file, plan.workload.path))
     changes = {k: v for k, v in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", group_size),
@@ -271,3 +271,50 @@ def predict_plan(plan_file: str | Path, *, prompts_per_step: int | None = None, 
     out = {k: float(v[0]) for k, v in r.items()}
     out["samples_per_step"] = float(wl.samples_per_step)
     return out
+
+
+# the cluster an emulated run really runs on: this machine's devices (problems/clusters/local.yaml)
+LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
+
+
+def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER
+                ) -> tuple[dict, list[str]]:
+    """(predicted figures, notes) for what a training run actually did, from its summary: its batch
+    (prompts x group size), the measured mean prompt and response lengths, the longest response it
+    allowed and its optimizer updates per step. An emulated run (`layout.emulated`) is predicted on
+    `local_cluster` with the layout it really ran (its engines and data-parallel ranks on this
+    machine's devices) and the model it trained, in fp32 (what the CPU runs)."""
+    from problems.placement.plan import PoolRoles, SpecRef, load_plan
+
+    plan = load_plan(plan_file)
+    run, lay, meas = summary.get("run", {}), summary.get("layout", {}), summary.get("measured", {})
+    mean = lambda k: max(1, round(meas[k])) if meas.get(k) else None  # noqa: E731
+    kw = dict(prompts_per_step=run.get("prompts_per_step"), group_size=run.get("group_size"),
+              prompt_len=mean("prompt_tokens_mean"), response_mean=mean("response_tokens_mean"),
+              response_max=run.get("max_new_tokens"), mini_batches=int(run.get("mini_batches") or 1))
+    if kw["response_max"] is not None and kw["response_mean"] is not None:
+        kw["response_max"] = max(kw["response_max"], kw["response_mean"])
+    notes = []
+    wl = load_workload(_spec_path(plan_file, plan.workload.path))
+    model = run.get("model")
+    presets = model_presets()
+    if model and model.lower() in presets and presets[model.lower()].name != wl.model.name:
+        wl = dataclasses.replace(wl, model=presets[model.lower()])
+        notes.append(f"predicted for the model the run trained ({model}), not the workload's")
+    elif model and model.lower() not in presets and model != wl.model.name:
+        notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+    cluster = None
+    if lay.get("emulated") and local_cluster is not None:
+        cluster = load_cluster(local_cluster)
+        pool = cluster.pools[0]
+        engines, dp = int(lay.get("engines") or 1), int(lay.get("dp") or 1)
+        colo = plan.execution.mode == "colocated"
+        roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region, rollout_gpus=0 if colo else engines,
+                          train_gpus=0 if colo else dp, shared_gpus=dp if colo else 0, rollout_tp=1)
+        plan = plan.model_copy(update={
+            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": 1, "pp": 1}),
+            "cluster": SpecRef(name=cluster.name, path=str(local_cluster), sha256="0" * 64)})
+        wl = dataclasses.replace(wl, precision="fp32")
+        notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "
+                     f"{cluster.name}'s {pool.gpu.name} devices, fp32")
+    return predict_plan(plan_file, plan=plan, cluster=cluster, workload=wl, **kw), notes
