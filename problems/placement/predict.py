@@ -33,6 +33,13 @@ SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
 DEFAULT_INTER_NODE_GBS = 200.0
 
 
+class GPUFigures(_Spec):
+    """Figures of a GPU variant that differs from the catalog's part (e.g. an H100 with 96 GB HBM2e)."""
+
+    memory_gb: float | None = Field(default=None, gt=0)
+    bandwidth_tbs: float | None = Field(default=None, gt=0)
+
+
 class TrainingJob(_Spec):
     """A plain (pre-)training or fine-tuning job on an explicit layout."""
 
@@ -57,6 +64,8 @@ class TrainingJob(_Spec):
     optimizer_offload: bool = False
     efficiencies: dict[str, dict[str, float]] = Field(default_factory=dict,
                                                       description="per GPU type: model parameters to override")
+    gpu_types: dict[str, GPUFigures] = Field(default_factory=dict,
+                                             description="per GPU type: datasheet figures of the variant used")
 
     @model_validator(mode="after")
     def _layout(self) -> "TrainingJob":
@@ -101,8 +110,15 @@ def _job_context(job: TrainingJob, where: str | None):
     arch = _arch(job, where)
     if job.stage_layers is not None and sum(job.stage_layers) != arch.layers:
         raise InputError(where, "stage_layers", f"sum {sum(job.stage_layers)} != the model's {arch.layers} layers")
-    types = gpu_catalog()
+    types = dict(gpu_catalog())
     aliases = gpu_aliases(types)
+    for name, over in job.gpu_types.items():
+        canonical = aliases.get(name.lower())
+        if canonical is None:
+            raise InputError(where, f"gpu_types.{name}", f"unknown GPU type {name!r}", "a catalog type")
+        given = over.model_dump(exclude_none=True)
+        src = {k: f"given in {where or 'the job'}" for k in given}
+        types[canonical] = types[canonical].model_copy(update={**given, "sources": {**types[canonical].sources, **src}})
     stage_gpus = job.stage_gpus or [job.gpu] * job.pp
     names = []
     for i, g in enumerate(stage_gpus):
