@@ -184,3 +184,43 @@ def test_cli_predict_prints_the_breakdown_and_rejects_bad_layouts():
                "--global-batch", "64")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "stage_layers" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_job_file_and_its_errors(tmp_path):
+    good = tmp_path / "job.yaml"
+    good.write_text("model: {layers: 4, hidden: 64, heads: 1, kv_heads: 1, ffn: 128, vocab: 100, mlp: plain}\n"
+                    "gpu: A100\nseq_len: 32\nglobal_batch: 8\nmicro_batch: 2\ndp: 2\npp: 2\nstage_layers: [1, 3]\n"
+                    "gpu_types: {A100: {bandwidth_tbs: 1.555, memory_gb: 40}}\n")
+    ok = _cli("--job", str(good), "--json")
+    assert ok.returncode == 0, ok.stderr
+    import json
+
+    p = json.loads(ok.stdout)
+    assert p["layout"]["stage_layers"] == [1, 3] and p["memory_gb"]["capacity"] == pytest.approx(40)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace("global_batch: 8", "global_batch: 7"))
+    res = _cli("--job", str(bad))
+    assert res.returncode == 2 and str(bad) in res.stderr and "global_batch" in res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_workload_precision_and_attention_reach_the_planner(tmp_path):
+    import yaml
+
+    from tests.placement.conftest import WORKLOADS, problem
+
+    base = yaml.safe_load((WORKLOADS / "qwen2.5-7b-grpo.yaml").read_text())
+    paths = {}
+    for tag, extra in {"fp32": {"precision": "fp32"}, "tf32": {"precision": "tf32"},
+                       "unfused": {"precision": "tf32", "attention": "unfused"}}.items():
+        paths[tag] = tmp_path / f"{tag}.yaml"
+        paths[tag].write_text(yaml.safe_dump(base | extra))
+    from problems.placement import PlacementProblem
+    from tests.placement.conftest import CLUSTERS
+
+    probs = {t: PlacementProblem.from_files(CLUSTERS / "h100-64.yaml", p) for t, p in paths.items()}
+    X = probs["fp32"].layout.repair(probs["fp32"].xl + np.random.default_rng(0).random((50, probs["fp32"].n_var))
+                                    * (probs["fp32"].xu - probs["fp32"].xl))
+    t = {k: p.evaluate_matrix(X)["train_compute_s"] for k, p in probs.items()}
+    assert np.all(t["fp32"] > t["tf32"]) and np.all(t["unfused"] > t["tf32"])
+    assert probs["fp32"].ctx.flops[0] == 67e12 and probs["tf32"].ctx.flops[0] == 494e12
