@@ -64,3 +64,12 @@ def test_comparison_table_and_printout(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "64 prompts x 16 samples, 4 update(s)" in out and "throughput_samples_s" in out
     assert (tmp_path / "predicted_for_run.json").is_file()
+
+
+def test_emulated_run_says_what_it_replaces_first(tmp_path):
+    from mosearch.commands.train import emulation_line
+
+    _, plan, path = _plan(tmp_path, "mixed-8.yaml", "qwen2.5-7b-grpo.yaml")
+    line = emulation_line(plan, str(path))
+    assert line.startswith("EMULATED run: plan for cluster 'mixed-8'")
+    assert all(p.gpu in line for p in plan.pools if p.used_gpus) and "not for the plan's GPUs" in line
