@@ -32,7 +32,8 @@ from problems.placement.predict import TrainingJob, predict_training  # noqa: E4
 
 DATA = ROOT / "benchmarks" / "data" / "e2e_published.csv"
 # measured-set GPU (benchmarks/model_validation.py chips) whose per-layer fit stands for a catalog type
-FIT_FOR = {"A100-80G": "A100", "A100-40G": "A100", "H100": "GH-96", "V100": "V100-16"}
+FIT_FOR = {"A100-80G": "A100", "A100-40G": "A100", "H100": "GH-96", "H200": "GH-96", "GH200": "GH-96", "V100": "V100-16",
+           "RTX-3090": "RTX-3090", "RTX-2080Ti": "RTX-2080", "Titan-RTX": "Titan-RTX"}
 
 
 def _val(text: str):
