@@ -212,11 +212,82 @@ def report(results, fits, gap) -> str:
               "- The Megatron rows run the interleaved schedule; the number of virtual stages is not published,",
               "  so they are predicted with plain 1F1B (v = 1, marked assumed): their bubble is over-counted.",
               "  The micro-batch size is not published with the table either (1 assumed, the smallest).",
-              "- No RL rows yet: NeMo-RL's GRPO figures (Llama-3.1-8B on 16 x H100, 1,562 tokens/s/GPU) were not",
-              "  scored in this change (they need the run's generation lengths and a rollout layout).",
+              "- One RL step (NeMo-RL GRPO, section below): its generation is predicted from the roofline",
+              "  decode model, with the longest allowed response (T-max 4,096 minus the prompt) generated in every",
+              "  step (the synchronous step's tail bound); the prompt length and engine settings are assumed.",
+              "  NeMo-RL's one-step-off-policy row is not scored: its split of GPUs between generation and",
+              "  training is not published.",
               "- No published memory figures with these rows: memory is predicted but not checked here.",
               ]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- RL steps (predict_plan)
+# NeMo-RL v0.4 performance summary (NVIDIA-NeMo/RL docs/about/performance-summary.md, "GRPO ... System:
+# DGX-H100 ... Training BF16, Generation BF16"): Llama-3.1-8B GRPO on 16 H100 (2 DGX nodes), T-max
+# sequence 4,096, G-GBS 2,048 samples per step, T-GBS 512 (4 optimizer updates per step), generation
+# TP 1, training TP 1 PP 1; colocated generation and training (NeMo-RL's default). Published: average
+# generated sequence length and total step time.
+NEMO_RL = "https://github.com/NVIDIA-NeMo/RL/blob/06beed91bac98a2c39a19435f6bbbbe71aa45720/docs/about/performance-summary.md"
+RL_ROWS = [
+    dict(id="nemorl-llama31-8b-onpolicy", where="GRPO DGX-H100 table, LLAMA3.1_8B on policy", avg_seq=1060,
+         step_s=97.7, mode="colocated"),
+]
+# not published with the rows (assumed, listed in the report): prompt length (OpenMathInstruct-2 problems,
+# ~150 tokens), prompts x generations (64 x 32 = 2,048), vLLM gpu_memory_utilization 0.6 and
+# max_num_seqs 256 (vLLM's default), micro-batch 1, the distributed optimizer as ZeRO-1
+RL_ASSUMED = dict(prompt_len=150, prompts=64, group=32, kv_mem_frac=0.6, max_num_seqs=256, micro_batch=1,
+                  sharding="zero1")
+
+
+def rl_predictions(tmp: Path) -> list[dict]:
+    import yaml
+
+    from problems.placement.encoding import MODES, SHARDINGS
+    from problems.placement.predict import predict_plan
+    from problems.placement.problem import PlacementProblem
+
+    a = RL_ASSUMED
+    cluster = tmp / "dgx-h100-2.yaml"
+    cluster.write_text(yaml.safe_dump({"name": "dgx-h100-2", "regions": {"r": {"inter_node_gbs": 400}},
+                                       "node_groups": [{"gpu": "H100", "nodes": 2, "gpus_per_node": 8, "region": "r"}]}))
+    out = []
+    for r in RL_ROWS:
+        resp = r["avg_seq"] - a["prompt_len"]
+        workload = tmp / f"{r['id']}.yaml"
+        workload.write_text(yaml.safe_dump({
+            "name": r["id"], "model": "llama3.1-8b", "algorithm": "grpo", "prompts_per_step": a["prompts"],
+            "samples_per_prompt": a["group"], "prompt_len": a["prompt_len"],
+            "response_len": {"mean": resp, "max": 4096 - a["prompt_len"]}, "max_staleness": 1, "precision": "bf16"}))
+        prob = PlacementProblem.from_files(cluster, workload)
+        lay = prob.layout
+        x = np.zeros(prob.n_var)
+        x[0], x[1], x[2] = 16, 0, 0  # colocated: 16 shared GPUs, generation TP 1
+        x[lay.g("kv_mem_frac")] = a["kv_mem_frac"]
+        x[lay.g("log2_max_num_seqs")] = np.log2(a["max_num_seqs"])
+        x[lay.g("sharding")] = SHARDINGS.index(a["sharding"])
+        x[lay.g("log2_micro_batch")] = np.log2(a["micro_batch"])
+        x[lay.g("mode")] = MODES.index(r["mode"])
+        plan = prob.decode(x, plan_id=r["id"], lifetime=False)
+        path = tmp / f"{r['id']}-plan.yaml"
+        path.write_text(plan.to_yaml())
+        p = predict_plan(path, mini_batches=a["group"] * a["prompts"] // 512)
+        out.append(dict(row=r, pred=p, err=p["step_s"] / r["step_s"] - 1))
+    return out
+
+
+def rl_report(res: list[dict]) -> list[str]:
+    lines = ["", "## RL steps (`predict_plan`, the planner's full step model)", "",
+             f"Source: [NeMo-RL v0.4 performance summary]({NEMO_RL}). Assumed (not published with the row): "
+             + ", ".join(f"{k} {v}" for k, v in RL_ASSUMED.items()) + ".", "",
+             "| row | measured step s | predicted step s | error | rollout s | train s | switch s | sync s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for x in res:
+        p = x["pred"]
+        lines.append(f"| [{x['row']['id']}]({NEMO_RL}) | {x['row']['step_s']} | {p['step_s']:.3g} | "
+                     f"{x['err'] * 100:+.0f}% | {p['rollout_s']:.3g} | {p['train_s']:.3g} | {p['switch_s']:.3g} | "
+                     f"{p['sync_s']:.3g} |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -228,6 +299,10 @@ def main(argv=None) -> int:
     fits = {"catalog": {}, "published-MFU defaults": published_mfu_defaults()}
     results = evaluate(load_rows(), fits)
     text = report(results, fits, catalog_gap(PER_LAYER))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        text += "\n".join(rl_report(rl_predictions(Path(tmp)))) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)
