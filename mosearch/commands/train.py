@@ -90,7 +90,9 @@ def emulation_line(plan, plan_file: str) -> str:
 
 # (label, predicted key, measured key): phases, throughput and the training side's peak memory
 ROWS = [(k, k, k) for k in ("step_s", "rollout_s", "train_s", "sync_s", "switch_s", "throughput_samples_s",
-                             "throughput_tokens_s", "decode_tokens_s")]
+                             "throughput_tokens_s")]
+# the run measures generated tokens / generation time (prefill, scheduling and the tail included)
+ROWS.append(("generated tokens/s", "generated_tokens_s", "decode_tokens_s"))
 
 
 def comparison_table(summary: dict, predicted: dict) -> list[tuple[str, str, str, str]]:

@@ -286,6 +286,9 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     r = prob.evaluate_matrix(x[None, :])
     out = {k: float(v[0]) for k, v in r.items()}
     out["samples_per_step"] = float(wl.samples_per_step)
+    # generated tokens over the rollout phase (prefill and the long tail included): what a run measures
+    # as its engines' generation rate, unlike decode_tokens_s (the engines' steady decode rate)
+    out["generated_tokens_s"] = wl.samples_per_step * wl.response_mean / out["rollout_s"]
     return out
 
 
