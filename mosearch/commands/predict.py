@@ -38,6 +38,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--stage-layers", help="layers per pipeline stage, comma separated (default even)")
     g.add_argument("--gpu", help="GPU type (catalog name)")
     g.add_argument("--stage-gpus", help="GPU type per pipeline stage, comma separated")
+    g.add_argument("--replica-gpus", help="GPU type per data-parallel replica, comma separated (mixed data parallelism)")
     g.add_argument("--gpus-per-node", type=int)
     g.add_argument("--inter-node-gbs", type=float, help="per-node network bandwidth, GB/s")
     g.add_argument("--sharding", choices=["none", "zero1", "zero2", "zero3", "fsdp"])
@@ -62,7 +63,7 @@ def _job_from_flags(args):
     given = {k: getattr(args, k) for k in JOB_FLAGS if getattr(args, k) is not None}
     if args.recompute:
         given["recompute"] = True
-    for key in ("stage_layers", "stage_gpus"):
+    for key in ("stage_layers", "stage_gpus", "replica_gpus"):
         text = getattr(args, key)
         if text:
             items = [s.strip() for s in text.split(",") if s.strip()]
@@ -104,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
 def format_job(p: dict) -> str:
     lay = p["layout"]
+    where = f"replicas on {lay['replica_gpus']}" if lay["replica_gpus"] else f"on {lay['stage_gpus']}"
     lines = [f"{p['model']} on {p['gpus']} GPUs: dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']}, micro-batch "
-             f"{lay['micro_batch']} ({lay['micro_batches_per_rank']} per rank), stages {lay['stage_layers']} "
-             f"on {lay['stage_gpus']}",
+             f"{lay['micro_batch']} ({lay['micro_batches_per_rank']} per rank), stages {lay['stage_layers']} {where}",
              f"  iteration        {p['step_s']:.4g} s",
              f"  throughput       {p['samples_s']:.4g} samples/s, {p['tokens_s']:.4g} tokens/s, "
              f"{p['tokens_s_per_gpu']:.4g} tokens/s/GPU",

@@ -56,6 +56,8 @@ class TrainingJob(_Spec):
     stage_layers: list[int] | None = Field(default=None, description="layers per pipeline stage (default even)")
     gpu: str = "H100"
     stage_gpus: list[str] | None = Field(default=None, description="GPU type per pipeline stage (default `gpu`)")
+    replica_gpus: list[str] | None = Field(default=None, description="GPU type per data-parallel replica "
+                                                                     "(heterogeneous data parallelism, even stages)")
     gpus_per_node: int = Field(default=8, gt=0)
     inter_node_gbs: float = Field(default=DEFAULT_INTER_NODE_GBS, gt=0, description="per-node network, GB/s")
     sharding: Literal["none", "zero1", "zero2", "zero3", "fsdp"] = "none"
@@ -73,6 +75,12 @@ class TrainingJob(_Spec):
             raise ValueError(f"stage_layers has {len(self.stage_layers)} entries for pp = {self.pp}")
         if self.stage_gpus is not None and len(self.stage_gpus) != self.pp:
             raise ValueError(f"stage_gpus has {len(self.stage_gpus)} entries for pp = {self.pp}")
+        if self.replica_gpus is not None:
+            if len(self.replica_gpus) != self.dp:
+                raise ValueError(f"replica_gpus has {len(self.replica_gpus)} entries for dp = {self.dp}")
+            if self.stage_gpus is not None or self.stage_layers is not None:
+                raise ValueError("replica_gpus takes even stages of one GPU type per replica: "
+                                 "drop stage_gpus/stage_layers or replica_gpus")
         if self.stage_layers is not None and min(self.stage_layers) < 1:
             raise ValueError("every pipeline stage needs at least one layer")
         if self.global_batch % (self.dp * self.micro_batch):
@@ -119,18 +127,22 @@ def _job_context(job: TrainingJob, where: str | None):
         given = over.model_dump(exclude_none=True)
         src = {k: f"given in {where or 'the job'}" for k in given}
         types[canonical] = types[canonical].model_copy(update={**given, "sources": {**types[canonical].sources, **src}})
-    stage_gpus = job.stage_gpus or [job.gpu] * job.pp
+    per_replica = job.replica_gpus is not None
+    labels = job.replica_gpus or job.stage_gpus or [job.gpu] * job.pp
+    field = "replica_gpus" if per_replica else "stage_gpus" if job.stage_gpus else None
     names = []
-    for i, g in enumerate(stage_gpus):
+    for i, g in enumerate(labels):
         canonical = aliases.get(g.lower())
         if canonical is None:
-            key = f"stage_gpus[{i}]" if job.stage_gpus else "gpu"
+            key = f"{field}[{i}]" if field else "gpu"
             raise InputError(where, key, f"unknown GPU type {g!r}",
                              "a catalog type; nearest: " + (", ".join(nearest(g, list(types))) or ", ".join(types)))
         names.append(canonical)
-    kinds = list(dict.fromkeys(names))  # pools in stage order
-    per_type = {k: names.count(k) for k in kinds}
-    pools = [Pool(id=f"{k}@job", gpu=types[k], region="job", count=job.dp * job.tp * per_type[k],
+    kinds = list(dict.fromkeys(names))  # pools in stage (or replica) order
+    per_type = {k: names.count(k) for k in kinds}  # stages (or replicas) of each type
+    # GPUs of a type: dp replicas x tp x its stages, or its replicas x tp x pp
+    gpus_of = {k: per_type[k] * job.tp * (job.pp if per_replica else job.dp) for k in kinds}
+    pools = [Pool(id=f"{k}@job", gpu=types[k], region="job", count=gpus_of[k],
                   gpus_per_node=job.gpus_per_node, intra_gbs=types[k].intra_node.bandwidth_gbs,
                   inter_gbs=job.inter_node_gbs) for k in kinds]
     cluster = Cluster(name=job.name, path=where or "<job>", pools=pools, regions=["job"],
@@ -150,14 +162,16 @@ def _job_context(job: TrainingJob, where: str | None):
         raise InputError(where, err.key, err.problem, err.expected) from None
     ctx.rl_passes = False
     ctx.interleave = job.interleave
-    staged = job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None
+    # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
+    # (even stages) is the planner's own layout, replicas in pools
+    staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)
     one = lambda v, dtype=np.int64: np.array([v], dtype=dtype)  # noqa: E731
     f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp),
          "train_gpus": np.array([[p.count for p in pools]], dtype=np.int64),
          "shared_gpus": np.zeros((1, len(pools)), dtype=np.int64),
          "recompute": one(int(job.recompute)), "sharding": one(SHARDINGS.index(job.sharding)),
          "optimizer_offload": one(int(job.optimizer_offload)),
-         "stages_on_pool": np.array([[per_type[k] for k in kinds]], dtype=np.int64)}
+         "stages_on_pool": np.array([[job.pp if per_replica else per_type[k] for k in kinds]], dtype=np.int64)}
     if staged:
         layers = job.stage_layers or _even_layers(arch.layers, job.pp)
         ctx.stage_layers = np.array(layers, dtype=float)
@@ -172,7 +186,8 @@ def _even_layers(layers: int, pp: int) -> list[int]:
 
 
 def _memory(ctx, f, tr) -> dict[str, float]:
-    """Per GPU of the most loaded stage, GB: model states by kind, activations, runtime, allocator."""
+    """Per GPU of the most loaded stage on the fullest GPU type, GB: model states by kind, activations,
+    runtime, allocator."""
     from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, SHARD_Z3, SHARD_FSDP, activation_bytes,
                                                  state_bytes_per_param, stage_params, train_peak_bytes)
 
@@ -187,7 +202,7 @@ def _memory(ctx, f, tr) -> dict[str, float]:
                             tr["micro_batches"])
     states = weights + grads + opt
     allocated, reserved = train_peak_bytes(states[:, None], acts, ctx)
-    j = int(np.argmax(reserved[0]))
+    j = int(np.argmax(reserved[0] / ctx.mem))  # the GPU type closest to running out
     gb = 1e-9
     return {"weights": float(weights[0]) * gb, "gradients": float(grads[0]) * gb, "optimizer": float(opt[0]) * gb,
             "activations": float(acts[0, j]) * gb, "runtime": float(ctx.eff["runtime_gb"][j]),
@@ -216,7 +231,8 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
                    "micro_batches_per_rank": int(tr["micro_batches"][0].max()),
                    "stage_layers": [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None
                                                      else _even_layers(ctx.layers, job.pp))],
-                   "stage_gpus": job.stage_gpus or [job.gpu] * job.pp},
+                   "stage_gpus": job.stage_gpus or ([] if job.replica_gpus else [job.gpu] * job.pp),
+                   "replica_gpus": job.replica_gpus or []},
         "step_s": step,
         "samples_s": job.global_batch / step,
         "tokens_s": tokens / step,

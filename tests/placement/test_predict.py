@@ -224,3 +224,15 @@ def test_workload_precision_and_attention_reach_the_planner(tmp_path):
     t = {k: p.evaluate_matrix(X)["train_compute_s"] for k, p in probs.items()}
     assert np.all(t["fp32"] > t["tf32"]) and np.all(t["unfused"] > t["tf32"])
     assert probs["fp32"].ctx.flops[0] == 67e12 and probs["tf32"].ctx.flops[0] == 494e12
+
+
+def test_replicas_of_different_gpu_types_split_the_batch_evenly():
+    """dp 2 over an H100 and a V100 replica: each trains half the batch, the V100 sets the pace (the
+    planner's even split), so the compute equals a V100 alone on half the batch."""
+    mixed = predict_training(job(precision="bf16", dp=2, micro_batch=1, replica_gpus=["H100", "V100"],
+                                 efficiencies={}))
+    alone = predict_training(job(precision="bf16", dp=1, micro_batch=1, global_batch=2, gpu="V100", efficiencies={}))
+    assert mixed["breakdown"]["train_compute_s"] == pytest.approx(alone["breakdown"]["train_compute_s"], rel=1e-12)
+    assert mixed["layout"]["replica_gpus"] == ["H100", "V100"]
+    with pytest.raises(ValueError, match="replica_gpus"):
+        job(dp=2, replica_gpus=["H100"])
