@@ -36,7 +36,7 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     call = chunks * e["rollout_call_s"].max()
     for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
         ro[key] = ro[key] + call
-    per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"])
+    per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"]) * ctx.updates
     tr["train_s"] = (tr["train_s"] + e["train_call_s"].max()
                      + np.where(tr["dp"] > 1, e["dp_microbatch_s"].max() * per_rank_mb, 0.0))
     engines = ro["engines"]

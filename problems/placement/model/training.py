@@ -27,7 +27,6 @@ import numpy as np
 from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
 from problems.placement.model.memory import SHARD_FSDP, SHARD_NONE, SHARD_Z3, state_bytes_per_param, stage_params
 from problems.placement.model.params import ModelContext
-from problems.placement.model.rollout import attn_flops_per_token
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
 
 
