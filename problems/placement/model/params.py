@@ -17,8 +17,8 @@ from problems.placement.specs import Cluster, Workload
 DEFAULTS = {
     # fixed time per decode step of an engine (scheduler, sampling, launch); 0 = pure roofline
     "decode_step_s": 0.0,
-    # fixed time per training micro-batch per pipeline stage (launch, sync, data); fitted in the
-    # validation (benchmarks/model_validation.py) as a per-layer floor; 0 by default
+    # fixed time per training micro-batch per pipeline stage (launch, sync, data), beyond the per-layer
+    # floor `layer_s`; `mosearch profile` fits it (train_overhead_s), 0 by default
     "microbatch_s": 0.0,
     # fixed time per transformer layer per training micro-batch (forward + backward: kernel launches,
     # small-kernel inefficiency); the per-layer floor `c` benchmarks/model_validation.py fits from
