@@ -18,6 +18,7 @@ COMMANDS = [
     "show",
     "export",
     "import_config",
+    "predict",
     "train",
     "profile",
 ]

@@ -793,8 +793,14 @@ class Driver:
                 "sync_s": float(np.mean([r["time"]["weight_sync"] for r in steady])),
                 "switch_s": float(np.mean([r["time"]["switch"] for r in steady])),
                 "decode_tokens_s": sum(r["gen_tokens"] for r in steady) / max(1e-9, sum(r["busy"]["rollout_gen_s"] for r in steady)),
-                "peak_rss_gb": max(max(r["memory"].values()) for r in steady),
+                "peak_rss_gb": max(max(v for k, v in r["memory"].items() if k.endswith("rss_gb")) for r in steady),
+                "prompt_tokens_mean": sum(r["prompt_tokens"] for r in steady) / max(1, sum(r["samples"] for r in steady)),
+                "response_tokens_mean": sum(r["gen_tokens"] for r in steady) / max(1, sum(r["samples"] for r in steady)),
             }
+            for key in ("train_gpu_gb", "train_rss_gb"):
+                seen = [r["memory"][key] for r in steady if key in r["memory"]]
+                if seen:
+                    measured[f"peak_{key}"] = max(seen)
         held = [r["reward_heldout"] for r in rows if "reward_heldout" in r]
         out = {
             "status": self.status, "plan_id": self.plan.plan_id, "mode": self.mode, "steps": self.step,
@@ -802,6 +808,8 @@ class Driver:
                        "emulated": getattr(self, "layout", None) and self.layout.emulated,
                        "notes": getattr(self, "layout", None) and self.layout.notes,
                        "placed": getattr(self, "placed", [])},
+            "run": {k: getattr(self.cfg, k) for k in ("model", "algo", "prompts_per_step", "group_size", "mini_batches")}
+                   | {"max_new_tokens": self.task.max_new_tokens},
             "measured": measured, "predicted": dict(self.plan.predicted),
             "reward_heldout_last": held[-1] if held else None,
         }
@@ -843,14 +851,6 @@ def _progress(total: int, start: int, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=start, desc="train", unit="step", disable=not enabled, dynamic_ncols=True)
-
-
-def comparison_table(summary: dict) -> list[tuple[str, str, str]]:
-    """(figure, predicted, measured) rows for every figure either side has."""
-    pred, meas = summary.get("predicted", {}), summary.get("measured", {})
-    keys = list(pred) + [k for k in meas if k not in pred]
-    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
-    return [(k, fmt(pred.get(k)), fmt(meas.get(k))) for k in keys]
 
 
 def run(cfg: RunConfig, log=print) -> dict:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from problems.errors import InputError
 
 
 def add_parser(subparsers) -> None:
@@ -58,11 +61,13 @@ def _check_against_workload(plan, plan_path: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from problems.placement.plan import load_plan
-    from trainer.driver import RunConfig, comparison_table, workload_defaults
+    from trainer.driver import RunConfig, workload_defaults
     from trainer.driver import run as train
 
     plan = load_plan(args.plan)
     _check_against_workload(plan, args.plan)
+    if args.emulate:
+        print(emulation_line(plan, args.plan), file=sys.stderr)
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
@@ -79,7 +84,61 @@ def run(args: argparse.Namespace) -> int:
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr))
     print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
-    print(f"{'figure':<24}{'predicted':>12}{'measured':>12}")
-    for name, pred, meas in comparison_table(summary):
-        print(f"{name:<24}{pred:>12}{meas:>12}")
+    print_comparison(summary, args.plan, Path(cfg.out))
     return 130 if summary["status"] == "interrupted" else 0
+
+
+def emulation_line(plan, plan_file: str) -> str:
+    """What an emulated run replaces, said before anything else."""
+    from trainer import placement as P
+
+    lay = P.layout(plan, P.detect(), True, plan_file)
+    if not lay.emulated:
+        return "--emulate: this machine has what the plan needs; nothing is emulated"
+    gpus = sorted({p.gpu for p in plan.pools if p.used_gpus})
+    return (f"EMULATED run: plan for cluster {plan.cluster.name!r} ({', '.join(gpus)}) runs on this machine's CPU "
+            f"with {len(lay.engines)} engine(s) and {lay.dp} training rank(s); "
+            + "; ".join(n.removeprefix("emulated: ") for n in lay.notes)
+            + ". Predictions below are for what runs here, not for the plan's GPUs.")
+
+
+# (label, predicted key, measured key): phases, throughput and the training side's peak memory
+ROWS = [(k, k, k) for k in ("step_s", "rollout_s", "train_s", "sync_s", "switch_s", "throughput_samples_s",
+                             "throughput_tokens_s")]
+# the run measures generated tokens / generation time (prefill, scheduling and the tail included)
+ROWS.append(("generated tokens/s", "generated_tokens_s", "decode_tokens_s"))
+
+
+def comparison_table(summary: dict, predicted: dict) -> list[tuple[str, str, str, str]]:
+    """(figure, predicted for this run, measured, error) rows; memory: the training side's peak,
+    max_memory_allocated on a GPU, the worker's RSS on the CPU."""
+    meas = summary.get("measured", {})
+    rows = [(label, predicted.get(p), meas.get(m)) for label, p, m in ROWS]
+    if "peak_train_gpu_gb" in meas:
+        rows.append(("train_peak_gb (allocated)", predicted.get("train_allocated_gb"), meas["peak_train_gpu_gb"]))
+    elif "peak_train_rss_gb" in meas:
+        rows.append(("train_peak_gb (RSS)", predicted.get("peak_mem_gb_train"), meas["peak_train_rss_gb"]))
+    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    err = lambda p, m: f"{(p / m - 1) * 100:+.0f}%" if p is not None and m else "-"  # noqa: E731
+    return [(label, fmt(p), fmt(m), err(p, m)) for label, p, m in rows]
+
+
+def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> None:
+    from problems.placement.predict import LOCAL_CLUSTER, predict_run
+
+    try:
+        predicted, notes = predict_run(plan_file, summary, LOCAL_CLUSTER)
+    except (InputError, OSError, ValueError) as err:  # the specs moved since planning: keep the plan's figures
+        predicted = summary.get("predicted", {})
+        notes = [f"could not re-predict with the run's settings ({err}); the plan's predictions are shown"]
+    run = summary.get("run", {})
+    print(f"predicted for this run's settings: {run.get('prompts_per_step')} prompts x {run.get('group_size')} "
+          f"samples, {run.get('mini_batches')} update(s) per step, responses <= {run.get('max_new_tokens')} tokens"
+          + "".join(f"; {n}" for n in notes))
+    print(f"{'figure':<28}{'predicted':>12}{'measured':>12}{'error':>8}")
+    for name, pred, meas, err in comparison_table(summary, predicted):
+        print(f"{name:<28}{pred:>12}{meas:>12}{err:>8}")
+    if out is not None and out.is_dir():  # beside summary.json: what the comparison was made against
+        import json
+
+        (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 DATA = Path(__file__).with_name("data")
 
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
+# Workload precisions: storage bytes and which peak the matmuls run at (GPUType.peak)
+Precision = Literal["bf16", "fp16", "tf32", "fp32", "fp8"]
+MlpKind = Literal["gated", "plain"]
 
 
 class IntraNodeLink(BaseModel):
@@ -34,8 +37,19 @@ class GPUType(BaseModel):
     mfu: float = Field(gt=0, le=1)
     prefill_eff: float = Field(gt=0, le=1)
     decode_eff: float = Field(gt=0, le=1)
+    peak_tflops: dict[Precision, float] = Field(
+        default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision; `tflops` where absent")
+    train_fit: dict[Literal["layer_s", "elementwise_eff"], float] = Field(
+        default_factory=dict, description="training figures fitted on measured per-layer times: the fixed seconds "
+                                          "per layer and micro-batch, the achieved share of bandwidth of element-wise kernels")
     aliases: list[str] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
+
+    def peak(self, precision: str) -> float:
+        """Dense peak TFLOP/s the matmuls of a `precision` workload run against: BF16/FP16 tensor
+        cores, TF32 tensor cores (fp32 storage, TF32 matmuls) or the FP32 units (PyTorch's default
+        for fp32 matmuls since 1.12: `torch.backends.cuda.matmul.allow_tf32 = False`)."""
+        return float(self.peak_tflops.get(precision, self.tflops))
 
 
 class Architecture(BaseModel):
@@ -48,6 +62,7 @@ class Architecture(BaseModel):
     heads: int = Field(gt=0)
     kv_heads: int = Field(gt=0)
     ffn: int = Field(gt=0, description="MLP intermediate size (gated: gate and up each this wide)")
+    mlp: MlpKind = Field(default="gated", description="gated: SwiGLU/GeGLU, 3 matrices (Llama, Qwen); plain: 2 (GPT, OPT)")
     vocab: int = Field(gt=0)
     tied_embeddings: bool = False
     qkv_bias: bool = False
@@ -73,9 +88,13 @@ class Architecture(BaseModel):
     def params_per_layer(self) -> int:
         h, q, kv = self.hidden, self.heads * self.hd, self.kv_heads * self.hd
         attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
-        mlp = 3 * h * self.ffn  # SwiGLU: gate, up, down
+        mlp = self.mlp_matrices * h * self.ffn
         norms = 2 * h
         return attn + mlp + norms
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.mlp == "gated" else 2  # gated: gate, up, down; plain: up, down
 
     @property
     def embedding_params(self) -> int:

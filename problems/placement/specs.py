@@ -18,6 +18,7 @@ from problems.placement.catalog import (
     Architecture,
     GPUType,
     IntraNodeLink,
+    Precision,
     gpu_aliases,
     gpu_catalog,
     model_presets,
@@ -25,7 +26,9 @@ from problems.placement.catalog import (
 )
 from problems.specio import load_model
 
-PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# storage bytes per element of weights and activations; fp8 keeps bf16 storage and runs its matmuls in
+# FP8 (Transformer Engine), tf32 keeps fp32 storage and runs its matmuls on TF32 tensor cores
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "tf32": 4, "fp32": 4}
 
 
 class _Spec(BaseModel):
@@ -60,6 +63,7 @@ class GPUTypeSpec(_Spec):
     """An override of a catalog GPU (any subset of fields) or a new GPU type (core fields required)."""
 
     tflops: float | None = Field(default=None, gt=0)
+    peak_tflops: dict[Precision, float] | None = None
     memory_gb: float | None = Field(default=None, gt=0)
     bandwidth_tbs: float | None = Field(default=None, gt=0)
     intra_node: IntraNodeLink | None = None
@@ -131,6 +135,8 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
         given = over.model_dump(exclude_none=True, exclude={"source"})
         if canonical is not None:  # override some fields of a catalog type
             base = types[canonical].model_dump()
+            if "tflops" in given and "peak_tflops" not in given:
+                base["peak_tflops"] = {}  # a figure given here replaces the catalog's for every precision
             base.update(given)
             if over.source:
                 base["sources"] = {**base["sources"], **{k: over.source for k in given}}
@@ -194,6 +200,8 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=f.mfu, prefill_eff=f.prefill_eff,
                         decode_eff=f.decode_eff, intra_node=intra)
         gpu.update(measured)
+        gpu["peak_tflops"] = {}  # the profile measured the peak in the precision it ran
+        gpu["train_fit"] = {}  # and its fit reads element-wise traffic at decode_eff, with its own overheads
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
         efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s,
@@ -299,7 +307,10 @@ class WorkloadSpec(_Spec):
     prompt_len: int = Field(gt=0)
     response_len: ResponseLength
     max_staleness: int = Field(ge=0)
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    precision: Precision = "bf16"
+    attention: Literal["flash", "unfused"] = Field(
+        default="flash", description="flash: fused kernels, no s x s score matrix (FlashAttention, SDPA); "
+                                     "unfused: scores computed and stored (Megatron's default before --use-flash-attn)")
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
 
 
@@ -318,6 +329,7 @@ class Workload:
     precision: str
     has_reference: bool
     has_critic: bool
+    attention: str = "flash"
 
     @property
     def samples_per_step(self) -> int:
@@ -358,7 +370,7 @@ def load_workload(path: str | Path) -> Workload:
         prompts_per_step=spec.prompts_per_step, samples_per_prompt=spec.samples_per_prompt,
         prompt_len=spec.prompt_len, response_mean=spec.response_len.mean, response_max=spec.response_len.max,
         max_staleness=spec.max_staleness, precision=spec.precision,
-        has_reference=ppo or spec.kl_reference, has_critic=ppo,
+        has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention,
     )
 
 

@@ -28,14 +28,15 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     e = ctx.eff
     mode, k = f["mode"], f["staleness_bound"]
     colo = mode == MODE_COLOCATED
-    chunks = np.where(colo, 1, f["pipeline_chunks"]).astype(float)
+    # several optimizer updates per step train on the whole batch: no streaming into training
+    chunks = np.where(colo | (ctx.updates > 1), 1, f["pipeline_chunks"]).astype(float)
     ro = rollout_times(ctx, f)
     tr = train_times(ctx, f, chunks)
     # orchestration overheads (0 unless calibrated from runs): one rollout call per chunk
     call = chunks * e["rollout_call_s"].max()
     for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
         ro[key] = ro[key] + call
-    per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"])
+    per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"]) * ctx.updates
     tr["train_s"] = (tr["train_s"] + e["train_call_s"].max()
                      + np.where(tr["dp"] > 1, e["dp_microbatch_s"].max() * per_rank_mb, 0.0))
     engines = ro["engines"]
@@ -103,6 +104,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
         "rollout_tail_s": ro["rollout_tail_s"],
         "train_s": tr["train_s"],
         "train_compute_s": tr["train_compute_s"],
+        "pipeline_bubble_s": tr["pipeline_bubble_s"],
+        "tp_comm_s": tr["tp_comm_s"],
+        "pp_comm_s": tr["pp_comm_s"],
         "dp_sync_s": tr["dp_sync_s"],
         "optimizer_s": tr["optimizer_s"],
         "sync_s": sync,

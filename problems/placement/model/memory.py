@@ -5,7 +5,8 @@ Sources (shared reference systems.md):
   across data-parallel ranks by ZeRO stage (Rajbhandari et al., ZeRO); in fp32 training the same 16
   (4 weights + 4 grads + 8 moments).
 - activations per layer (Korthikanti et al. 2022): s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP t;
-  flash attention never materialises the a*s*s score tensors, so the 5as/(ht) term is dropped;
+  flash attention never materialises the a*s*s score tensors, so the 5as/(ht) term is dropped
+  (kept for unfused attention);
   with full recomputation only the layer input, 2*s*b*h, is kept (plus one layer re-materialised).
 - KV cache bytes = 2 * layers * kv_heads * head_dim * tokens * bytes_per_elem.
 All arrays are (N, P): plans x pools.
@@ -32,7 +33,7 @@ def state_bytes_per_param(bpe: int) -> tuple[float, float, float]:
 
 def stage_params(ctx: ModelContext, pp: np.ndarray) -> np.ndarray:
     """Parameters on the most loaded pipeline stage: its share of layers plus one embedding matrix."""
-    layers = np.ceil(ctx.layers / pp)
+    layers = np.ceil(ctx.layers / pp) if ctx.stage_layers is None else float(ctx.stage_layers.max())
     embed = np.where(pp > 1, ctx.vocab * ctx.hidden, ctx.embedding_params)
     return layers * ctx.params_per_layer + embed + ctx.hidden
 
@@ -58,11 +59,18 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
     s = ctx.prompt_len + ctx.resp_max  # the longest sample sets the peak
     scale = ctx.bpe / 2  # Korthikanti's coefficients count 16-bit elements
     sbh = s * mb * ctx.hidden
-    per_layer_full = sbh * (10 + 24 / tp) * scale
+    # unfused attention also keeps the scores, softmax output and dropout mask: 5as/(ht) per element
+    scores = 0.0 if ctx.flash else 5 * ctx.heads * s / (ctx.hidden * tp)
+    per_layer_full = sbh * (10 + 24 / tp + scores) * scale
     per_layer_kept = np.where(recompute.astype(bool), 2 * sbh * scale, per_layer_full)
-    layers = np.ceil(ctx.layers / pp)
-    in_flight = np.minimum(pp, np.maximum(n_micro, 1))  # 1F1B keeps pp micro-batches on stage 1
-    acts = layers * per_layer_kept * in_flight + np.where(recompute.astype(bool), per_layer_full, 0)
+    n = np.maximum(n_micro, 1)
+    if ctx.stage_layers is None:
+        layers = np.ceil(ctx.layers / pp)
+        kept = layers * np.minimum(pp, n)  # 1F1B keeps pp micro-batches on stage 1
+    else:  # stage i keeps pp - i micro-batches in flight; the peak is the stage with most layers x that
+        k = len(ctx.stage_layers)
+        kept = np.max(np.stack([ctx.stage_layers[i] * np.minimum(k - i, n) for i in range(k)]), axis=0)
+    acts = kept * per_layer_kept + np.where(recompute.astype(bool), per_layer_full, 0)
     # logits of one micro-batch in the working precision plus fp32 for the softmax/loss
     logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4)
     return acts + logits

@@ -17,9 +17,13 @@ from problems.placement.specs import Cluster, Workload
 DEFAULTS = {
     # fixed time per decode step of an engine (scheduler, sampling, launch); 0 = pure roofline
     "decode_step_s": 0.0,
-    # fixed time per training micro-batch per pipeline stage (launch, sync, data); fitted in the
-    # validation (benchmarks/model_validation.py) as a per-layer floor; 0 by default
+    # fixed time per training micro-batch per pipeline stage (launch, sync, data), beyond the per-layer
+    # floor `layer_s`; `mosearch profile` fits it (train_overhead_s), 0 by default
     "microbatch_s": 0.0,
+    # fixed time per transformer layer per training micro-batch (forward + backward: kernel launches,
+    # small-kernel inefficiency); the per-layer floor `c` benchmarks/model_validation.py fits from
+    # measured layer times; 0 by default (catalog types with measured layers set it, see gpus.yaml)
+    "layer_s": 0.0,
     # fixed orchestration time per rollout call (engine call + driver round trip) and per training
     # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
     "rollout_call_s": 0.0,
@@ -45,7 +49,9 @@ HOST_MEMORY_KINDS = ("host-memory",)
 # overrides for CPU "devices" (the local cluster): small fixed runtime, no PCIe hop
 KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6}}
 
-EFFICIENCY_KEYS = ("mfu", "prefill_eff", "decode_eff", *DEFAULTS)
+# elementwise_eff: achieved share of HBM bandwidth of the training step's element-wise kernels; the
+# catalog's `train_fit` where measured layers give it, else decode_eff
+EFFICIENCY_KEYS = ("mfu", "prefill_eff", "decode_eff", "elementwise_eff", *DEFAULTS)
 
 
 @dataclass
@@ -53,7 +59,7 @@ class ModelContext:
     # pools, shape (P,)
     count: np.ndarray
     gpn: np.ndarray
-    flops: np.ndarray  # peak FLOP/s per GPU
+    flops: np.ndarray  # peak FLOP/s per GPU in the workload's precision (GPUType.peak)
     mem: np.ndarray  # bytes per GPU
     hbm: np.ndarray  # bytes/s per GPU
     intra: np.ndarray  # bytes/s per GPU inside a node
@@ -83,6 +89,24 @@ class ModelContext:
     resp_max: int
     has_reference: bool
     has_critic: bool
+    # model and workload facts (defaults: what the shipped RL workloads run)
+    heads: int = 1
+    gated: bool = True  # gated MLP (3 matrices) or plain (2)
+    flash: bool = True  # flash attention (no score matrix, causal half) or unfused (full s x s)
+    matmul_params: float = 0.0  # weights a token multiplies per forward: layers + the LM head (no input embedding)
+    # data split over data-parallel replicas: even (what the trainer, Megatron, DeepSpeed, verl do:
+    # every rank gets global_batch / dp samples) or in proportion to replica speed
+    even_split: bool = True
+    # an explicit pipeline (one layout, `predict`): layers per stage and the pool each stage runs on
+    stage_layers: np.ndarray | None = None
+    stage_pool: np.ndarray | None = None
+    # the RL step's extra forward passes (old log-probs, reference, critic); False for a plain training job
+    rl_passes: bool = True
+    # virtual pipeline stages per rank (Megatron's interleaved 1F1B): the fill/drain bubble shrinks by
+    # this factor, (p - 1) / (v m) of the step (Narayanan et al. 2021, section 2.2.2)
+    interleave: int = 1
+    # optimizer updates per step, each on an equal slice of the batch (the trainer's --mini-batches)
+    updates: int = 1
 
     @property
     def n_pools(self) -> int:
@@ -104,13 +128,15 @@ def build_context(cluster: Cluster, workload: Workload,
         for key, value in over.items():
             if key not in EFFICIENCY_KEYS:
                 raise InputError(None, f"efficiencies.{gpu}.{key}", "unknown efficiency", ", ".join(EFFICIENCY_KEYS))
-            if not np.isfinite(value) or value < 0 or (key in ("mfu", "prefill_eff", "decode_eff") and not 0 < value <= 1):
+            if not np.isfinite(value) or value < 0 or (key in ("mfu", "prefill_eff", "decode_eff", "elementwise_eff") and not 0 < value <= 1):
                 raise InputError(None, f"efficiencies.{gpu}.{key}", f"got {value!r}", "a finite number >= 0 (efficiencies in (0, 1])")
     eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
     for p in pools:
-        row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS}
+        row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
+               **p.gpu.train_fit}
         row.update(KIND_DEFAULTS.get(p.gpu.intra_node.kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
+        row.setdefault("elementwise_eff", row["decode_eff"])
         for k in EFFICIENCY_KEYS:
             eff[k].append(float(row[k]))
     m = workload.model
@@ -118,7 +144,7 @@ def build_context(cluster: Cluster, workload: Workload,
     return ModelContext(
         count=arr(lambda p: p.count, np.int64),
         gpn=arr(lambda p: p.gpus_per_node, np.int64),
-        flops=arr(lambda p: p.gpu.tflops * 1e12),
+        flops=arr(lambda p: p.gpu.peak(workload.precision) * 1e12),
         mem=arr(lambda p: p.gpu.memory_gb * 1e9),
         hbm=arr(lambda p: p.gpu.bandwidth_tbs * 1e12),
         intra=arr(lambda p: p.intra_gbs * 1e9),
@@ -146,4 +172,8 @@ def build_context(cluster: Cluster, workload: Workload,
         resp_max=workload.response_max,
         has_reference=workload.has_reference,
         has_critic=workload.has_critic,
+        heads=m.heads,
+        gated=m.mlp == "gated",
+        flash=workload.attention == "flash",
+        matmul_params=float(m.layers * m.params_per_layer + m.vocab * m.hidden),
     )

@@ -13,8 +13,11 @@ Sources (shared reference systems.md):
   pipeline bubble: (m + p - 1) micro-batch slots for m
   micro-batches on p stages (GPipe/1F1B, Metis); TP: two all-reduces of the activations per layer
   per forward and two per backward (Megatron-LM).
-- the step's samples are split over data-parallel replicas in proportion to replica speed, so
-  unequal GPU types finish together (up to whole micro-batches).
+- the step's samples are split evenly over data-parallel replicas (global batch / dp each: what the
+  trainer, Megatron-LM and DeepSpeed do), so the slowest replica sets the time; `even_split=False`
+  splits in proportion to replica speed instead.
+- pipeline of m micro-batches over stages with times t_i: sum(t_i) + (m - 1) max(t_i) (Metis); the
+  LM head runs on the last stage; an explicit layout may give uneven layers and a GPU type per stage.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import numpy as np
 from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
 from problems.placement.model.memory import SHARD_FSDP, SHARD_NONE, SHARD_Z3, state_bytes_per_param, stage_params
 from problems.placement.model.params import ModelContext
-from problems.placement.model.rollout import attn_flops_per_token
-from problems.placement.model.reduce import over_region_pairs, pany, pmax, pmin, psum
+from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
 
 
 def pass_counts(ctx: ModelContext, recompute):
     """(forward passes, backward passes) per sample and step, as multiples of one actor forward."""
     rec = recompute.astype(float)
+    if not ctx.rl_passes:  # a plain training job: forward (+ recompute) and backward
+        return 1.0 + rec, 1.0
     fwd = 1.0 + rec + 1.0 + ctx.has_reference  # actor fwd (+recompute) + old log-probs (+ reference)
     bwd = 1.0
     if ctx.has_critic:
@@ -75,37 +79,74 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     tp, pp, mb = f["tp"], f["pp"], f["micro_batch"]
     g = tp * pp
     gpus = f["train_gpus"] + f["shared_gpus"]  # (N, P)
-    reps = gpus // g[:, None]
-    dp = psum(reps)
+    staged = ctx.stage_layers is not None
     tok = ctx.prompt_len + ctx.resp_mean
-    fwd_tok = 2.0 * ctx.params + attn_flops_per_token(ctx, tok / 2.0)  # FLOPs per token, one forward
     n_fwd, n_bwd = pass_counts(ctx, f["recompute"])
-    flops_sample = tok * fwd_tok * (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))
+    passes = (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))  # matmul work in forwards (a backward is two)
+    # per sample and one forward: a layer's matmuls (attention over half the keys with causal flash
+    # attention, all of them where the kernel computes the full score matrix) and the LM head
+    layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok / 2.0 if ctx.flash else tok)
+    head_f = 2.0 * ctx.vocab * ctx.hidden * tok
+    flops_sample = passes * (ctx.layers * layer_f + head_f)
+    if staged:  # an explicit layout: dp replicas, each a pipeline over the pools in stage_pool
+        dp = f["dp"].astype(float)
+        reps = gpus // np.maximum(tp * f["stages_on_pool"], 1)
+    else:
+        reps = gpus // g[:, None]
+        dp = psum(reps)
     speed = g[:, None] * ctx.flops * e["mfu"]  # FLOP/s of one replica per pool
     total_speed = np.maximum(psum(reps * speed), 1e-30)
-    share = np.where(reps > 0, ctx.samples * speed / total_speed[:, None], 0.0)  # samples per replica
+    samples = ctx.samples / ctx.updates  # per optimizer update
+    even = np.broadcast_to((samples / np.maximum(dp, 1))[:, None], reps.shape)
+    share = np.where(reps > 0, even if ctx.even_split else samples * speed / total_speed[:, None], 0.0)
     # micro-batches per replica and chunk; a chunk's partial micro-batch still costs a slot
     per_chunk = share / chunks[:, None]
     m = np.ceil(per_chunk / mb[:, None])
     mb_eff = np.minimum(mb[:, None], np.maximum(per_chunk, 1.0))
-    # per-stage compute of one micro-batch: its FLOPs over the stage's tp GPUs
-    slot = mb_eff * flops_sample[:, None] / (pp[:, None] * tp[:, None] * ctx.flops * e["mfu"])
-    # element-wise kernels (flash attention: no score matrix), streamed through HBM per stage
-    ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe)
+    # one layer, one micro-batch on a pool's GPU: matmuls over tp GPUs, element-wise kernels through
+    # HBM (score-matrix passes when attention is unfused), TP all-reduces and a per-layer floor
+    rate = tp[:, None] * ctx.flops * e["mfu"]
+    score = 0.0 if ctx.flash else ctx.heads / tp * tok ** 2
+    ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2)
     ew_sample = n_fwd * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
-    layers_stage = np.ceil(ctx.layers / pp)
-    slot = slot + mb_eff * (ew_sample * layers_stage)[:, None] / (ctx.hbm * e["decode_eff"])
     n_ar = 2.0 * (n_fwd + n_bwd)  # activation all-reduces per layer and micro-batch
     act_bytes = mb_eff * tok * ctx.hidden * ctx.bpe
-    tp_comm = np.where(tp[:, None] > 1, (n_ar * layers_stage)[:, None]
-                       * ring_allreduce_s(act_bytes, tp[:, None], ctx.intra, e["collective_latency_s"]), 0.0)
+    tp_comm = np.where(tp[:, None] > 1, n_ar[:, None] * ring_allreduce_s(act_bytes, tp[:, None], ctx.intra,
+                                                                         e["collective_latency_s"]), 0.0)
+    layer = (mb_eff * (passes * layer_f)[:, None] / rate + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
+             + tp_comm + e["layer_s"])
+    head = mb_eff * (passes * head_f)[:, None] / rate
     # pipeline p2p: activations forward and gradients back at each stage boundary
     spans = g[:, None] > ctx.gpn
     p2p_bw = np.where(spans, ctx.inter / ctx.gpn, ctx.intra)
-    p2p = np.where(pp[:, None] > 1, 2.0 * act_bytes / tp[:, None] / p2p_bw, 0.0)
-    slot = slot + tp_comm + p2p + e["microbatch_s"]
-    per_pool = np.where(reps > 0, chunks[:, None] * (m + pp[:, None] - 1) * slot, 0.0)
-    compute = pmax(per_pool)
+    xfer = np.where(pp[:, None] > 1, 2.0 * act_bytes / tp[:, None] / p2p_bw, 0.0)
+    p2p = xfer + e["microbatch_s"]
+    # a pipeline of m micro-batches: every stage once, then m - 1 more of the slowest (Metis, GPipe/1F1B)
+    if staged:
+        sp = ctx.stage_pool
+        lay = ctx.stage_layers[None, :]
+        t_stage = lay * layer[:, sp] + p2p[:, sp]
+        t_stage[:, -1] += head[:, sp[-1]]
+        m_rep = pmax(np.where(reps > 0, m, 0.0))
+        slow = np.argmax(t_stage, axis=1)[:, None]
+        iv = float(ctx.interleave)
+        crit = lambda v: (v.sum(axis=1) / iv + (m_rep - 1.0 / iv) * np.take_along_axis(v, slow, 1)[:, 0])  # noqa: E731
+        compute = chunks * crit(t_stage)
+        tp_part = chunks * crit(lay * tp_comm[:, sp])
+        pp_part = chunks * crit(xfer[:, sp] * np.ones_like(lay))
+        bubble = chunks * (t_stage.sum(axis=1) - np.take_along_axis(t_stage, slow, 1)[:, 0]) / iv
+    else:
+        per_stage = np.ceil(ctx.layers / pp)[:, None]
+        heaviest = per_stage * layer + head + p2p  # the last stage holds the head
+        every = ctx.layers * layer + head + pp[:, None] * p2p
+        iv = float(ctx.interleave)
+        per_pool = np.where(reps > 0, chunks[:, None] * (every / iv + (m - 1.0 / iv) * heaviest), 0.0)
+        j = pargmax(per_pool)[:, None]
+        at = lambda v: np.take_along_axis(np.broadcast_to(v, per_pool.shape), j, 1)[:, 0]  # noqa: E731
+        compute = pmax(per_pool)
+        tp_part = chunks * at((ctx.layers / iv + (m - 1.0 / iv) * per_stage) * tp_comm)
+        pp_part = chunks * at((pp[:, None] / iv + m - 1.0 / iv) * xfer)
+        bubble = chunks * at(every - heaviest) / iv
 
     # gradient synchronisation over all replicas (actor, + critic for PPO)
     w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
@@ -131,14 +172,20 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     on_gpu = shard * 2.0 * (w_b + g_b + o_b) / hbm_min
     off = shard * (g_b + w_b) / host + shard * 2.0 * o_b / cpu
     opt = np.where(f["optimizer_offload"].astype(bool), off, on_gpu)
+    u = float(ctx.updates)
+    compute, dp_sync, opt = u * compute, u * dp_sync, u * opt
     return {
         "train_compute_s": compute,
+        "pipeline_bubble_s": u * bubble,
+        "tp_comm_s": u * tp_part,
+        "pp_comm_s": u * pp_part,
         "dp_sync_s": dp_sync,
         "optimizer_s": opt,
         "train_s": compute + dp_sync + opt,
         "dp": dp,
         "micro_batches": m,
         "train_flops": flops_sample * ctx.samples,
+        "micro_batch_eff": pmax(np.where(reps > 0, mb_eff, 0.0)),
         "dp_cross_region_bytes": np.where((regions > 1) & (dp > 1), 2.0 * (regions - 1) * grad_bytes, 0.0),
         "train_regions": regions,
     }

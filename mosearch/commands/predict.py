@@ -1,0 +1,139 @@
+"""`mosearch predict`: the model's figures for one explicit layout, without a search.
+
+A plain training job (flags, or `--job job.yaml` with the same keys) or the RL step of a plan file
+(`--plan plan.yaml`, optionally with the settings a run uses). Both go through the planner's model
+(`problems.placement.predict`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from problems.errors import InputError
+
+JOB_FLAGS = ("model", "precision", "attention", "seq_len", "global_batch", "micro_batch", "dp", "tp", "pp",
+             "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "predict", help="predict one layout: a training job's iteration, or a plan's RL step, with the breakdown",
+        description="Score one explicit layout with the performance model (no search): iteration time, "
+                    "throughput, the breakdown (compute, pipeline bubble, TP/PP/DP communication, optimizer), "
+                    "memory by kind and the assumptions used.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--plan", help="a plan file: predict its RL step")
+    src.add_argument("--job", help="a training job YAML (keys as the flags below, with underscores)")
+    g = p.add_argument_group("training job (without --plan/--job)")
+    g.add_argument("--model", help="model preset (e.g. llama3.1-8b); an architecture mapping needs --job")
+    g.add_argument("--precision", choices=["bf16", "fp16", "fp8", "tf32", "fp32"])
+    g.add_argument("--attention", choices=["flash", "unfused"])
+    g.add_argument("--seq-len", type=int)
+    g.add_argument("--global-batch", type=int, help="sequences per optimizer step")
+    g.add_argument("--micro-batch", type=int)
+    g.add_argument("--dp", type=int)
+    g.add_argument("--tp", type=int)
+    g.add_argument("--pp", type=int)
+    g.add_argument("--stage-layers", help="layers per pipeline stage, comma separated (default even)")
+    g.add_argument("--gpu", help="GPU type (catalog name)")
+    g.add_argument("--stage-gpus", help="GPU type per pipeline stage, comma separated")
+    g.add_argument("--replica-gpus", help="GPU type per data-parallel replica, comma separated (mixed data parallelism)")
+    g.add_argument("--gpus-per-node", type=int)
+    g.add_argument("--inter-node-gbs", type=float, help="per-node network bandwidth, GB/s")
+    g.add_argument("--sharding", choices=["none", "zero1", "zero2", "zero3", "fsdp"])
+    g.add_argument("--recompute", action="store_true", help="full activation recomputation")
+    g.add_argument("--interleave", type=int, help="virtual pipeline stages per rank (interleaved 1F1B)")
+    r = p.add_argument_group("RL step of a plan (with --plan): the settings a run uses")
+    r.add_argument("--prompts-per-step", type=int)
+    r.add_argument("--group-size", type=int, help="samples per prompt")
+    r.add_argument("--prompt-len", type=int)
+    r.add_argument("--response-mean", type=int)
+    r.add_argument("--response-max", type=int)
+    r.add_argument("--mini-batches", type=int, default=1, help="optimizer updates per step")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.set_defaults(func=run)
+
+
+def _job_from_flags(args):
+    from problems.placement.predict import TrainingJob
+    from problems.specio import validation_error
+    from pydantic import ValidationError
+
+    given = {k: getattr(args, k) for k in JOB_FLAGS if getattr(args, k) is not None}
+    if args.recompute:
+        given["recompute"] = True
+    for key in ("stage_layers", "stage_gpus", "replica_gpus"):
+        text = getattr(args, key)
+        if text:
+            items = [s.strip() for s in text.split(",") if s.strip()]
+            if key == "stage_layers":
+                try:
+                    items = [int(s) for s in items]
+                except ValueError:
+                    raise InputError("command line", "--stage-layers", f"got {text!r}", "integers, comma separated") from None
+            given[key] = items
+    for need in ("model", "seq_len", "global_batch"):
+        if need not in given:
+            raise InputError("command line", "--" + need.replace("_", "-"), "missing",
+                             "--plan, --job, or a training job's --model, --seq-len and --global-batch")
+    try:
+        return TrainingJob(**given)
+    except ValidationError as err:
+        e = validation_error("command line", err)
+        raise InputError(e.file, "--" + (e.key or "").replace("_", "-") if e.key != "<root>" else None,
+                         e.problem, e.expected) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from problems.placement.predict import load_job, predict_plan, predict_training
+
+    if args.plan:
+        pred = predict_plan(args.plan, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+                            prompt_len=args.prompt_len, response_mean=args.response_mean,
+                            response_max=args.response_max, mini_batches=args.mini_batches)
+        if args.json:
+            print(json.dumps(pred, indent=1))
+            return 0
+        print(format_plan(pred))
+        return 0
+    job = load_job(args.job) if args.job else _job_from_flags(args)
+    pred = predict_training(job, args.job or "command line")
+    print(json.dumps(pred, indent=1) if args.json else format_job(pred))
+    return 0
+
+
+def format_job(p: dict) -> str:
+    lay = p["layout"]
+    where = f"replicas on {lay['replica_gpus']}" if lay["replica_gpus"] else f"on {lay['stage_gpus']}"
+    lines = [f"{p['model']} on {p['gpus']} GPUs: dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']}, micro-batch "
+             f"{lay['micro_batch']} ({lay['micro_batches_per_rank']} per rank), stages {lay['stage_layers']} {where}",
+             f"  iteration        {p['step_s']:.4g} s",
+             f"  throughput       {p['samples_s']:.4g} samples/s, {p['tokens_s']:.4g} tokens/s, "
+             f"{p['tokens_s_per_gpu']:.4g} tokens/s/GPU",
+             f"  model TFLOP/s    {p['model_tflops_per_gpu']:.4g} per GPU (MFU {p['mfu']:.1%})",
+             "  breakdown (s):"]
+    names = {"train_compute_s": "compute (pipeline, incl. the rows below)", "pipeline_bubble_s": "  pipeline bubble",
+             "tp_comm_s": "  TP all-reduces", "pp_comm_s": "  PP transfers", "dp_sync_s": "DP gradient sync",
+             "optimizer_s": "optimizer step"}
+    lines += [f"    {names[k]:<42}{v:>10.4g}" for k, v in p["breakdown"].items()]
+    m = p["memory_gb"]
+    lines.append("  memory per GPU (GB, most loaded stage):")
+    lines += [f"    {k:<42}{v:>10.3g}" for k, v in m.items()]
+    if m["reserved"] > m["capacity"]:
+        lines.append(f"  DOES NOT FIT: {m['reserved']:.1f} GB > {m['capacity']:.0f} GB")
+    lines.append("  assumptions:")
+    lines += [f"    - {a}" for a in p["assumptions"]]
+    return "\n".join(lines)
+
+
+PLAN_KEYS = ("step_s", "throughput_samples_s", "throughput_tokens_s", "rollout_s", "train_s", "train_compute_s",
+             "pipeline_bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "optimizer_s", "sync_s", "switch_s",
+             "decode_tokens_s", "peak_mem_gb_train", "peak_mem_gb_rollout", "model_states_gb", "cost_usd_h",
+             "staleness")
+
+
+def format_plan(p: dict) -> str:
+    lines = [f"RL step of {int(p['samples_per_step'])} samples:"]
+    lines += [f"  {k:<24}{p[k]:>12.4g}" for k in PLAN_KEYS if k in p]
+    return "\n".join(lines)

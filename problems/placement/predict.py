@@ -1,0 +1,355 @@
+"""Score one explicit layout without a search: a plain training job, or the RL step of a plan file.
+
+    from problems.placement.predict import TrainingJob, predict_training, predict_plan
+    p = predict_training(TrainingJob(model="llama3.1-8b", gpu="H100", dp=8, seq_len=4096,
+                                     global_batch=256, micro_batch=1))
+    p["step_s"], p["breakdown"], p["memory_gb"], p["assumptions"]
+
+Both go through the planner's own model (`model.training.train_times`, `model.evaluate` and the
+memory functions): a training job becomes a one-layout model context (a cluster of its GPU types,
+a workload of `global_batch` samples of `seq_len` tokens with forward + backward passes only), so
+what `mosearch predict` prints is what the search scores. `predict_plan` re-scores a plan with the
+settings a run actually used (batch, group size, lengths, optimizer updates per step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from problems.errors import InputError
+from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
+from problems.placement.specs import (PRECISION_BYTES, Cluster, ModelSpec, Pool, Workload, _Spec,
+                                      load_cluster, load_workload)
+from problems.specio import load_model
+
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
+# Per-node network of a DGX A100 (8 x 200 Gb/s HDR InfiniBand compute ports = 200 GB/s; NVIDIA DGX
+# A100 datasheet); DGX H100 has 8 x 400 Gb/s. Give `inter_node_gbs` for other machines.
+DEFAULT_INTER_NODE_GBS = 200.0
+
+
+class GPUFigures(_Spec):
+    """Figures of a GPU variant that differs from the catalog's part (e.g. an H100 with 96 GB HBM2e)."""
+
+    memory_gb: float | None = Field(default=None, gt=0)
+    bandwidth_tbs: float | None = Field(default=None, gt=0)
+
+
+class TrainingJob(_Spec):
+    """A plain (pre-)training or fine-tuning job on an explicit layout."""
+
+    name: str = "job"
+    model: str | ModelSpec
+    precision: Precision = "bf16"
+    attention: Literal["flash", "unfused"] = "flash"
+    seq_len: int = Field(gt=0)
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per data-parallel rank")
+    dp: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    stage_layers: list[int] | None = Field(default=None, description="layers per pipeline stage (default even)")
+    gpu: str = "H100"
+    stage_gpus: list[str] | None = Field(default=None, description="GPU type per pipeline stage (default `gpu`)")
+    replica_gpus: list[str] | None = Field(default=None, description="GPU type per data-parallel replica "
+                                                                     "(heterogeneous data parallelism, even stages)")
+    gpus_per_node: int = Field(default=8, gt=0)
+    inter_node_gbs: float = Field(default=DEFAULT_INTER_NODE_GBS, gt=0, description="per-node network, GB/s")
+    sharding: Literal["none", "zero1", "zero2", "zero3", "fsdp"] = "none"
+    recompute: bool = Field(default=False, description="full activation recomputation")
+    interleave: int = Field(default=1, gt=0, description="virtual pipeline stages per rank (interleaved 1F1B)")
+    optimizer_offload: bool = False
+    efficiencies: dict[str, dict[str, float]] = Field(default_factory=dict,
+                                                      description="per GPU type: model parameters to override")
+    gpu_types: dict[str, GPUFigures] = Field(default_factory=dict,
+                                             description="per GPU type: datasheet figures of the variant used")
+
+    @model_validator(mode="after")
+    def _layout(self) -> "TrainingJob":
+        if self.stage_layers is not None and len(self.stage_layers) != self.pp:
+            raise ValueError(f"stage_layers has {len(self.stage_layers)} entries for pp = {self.pp}")
+        if self.stage_gpus is not None and len(self.stage_gpus) != self.pp:
+            raise ValueError(f"stage_gpus has {len(self.stage_gpus)} entries for pp = {self.pp}")
+        if self.replica_gpus is not None:
+            if len(self.replica_gpus) != self.dp:
+                raise ValueError(f"replica_gpus has {len(self.replica_gpus)} entries for dp = {self.dp}")
+            if self.stage_gpus is not None or self.stage_layers is not None:
+                raise ValueError("replica_gpus takes even stages of one GPU type per replica: "
+                                 "drop stage_gpus/stage_layers or replica_gpus")
+        if self.stage_layers is not None and min(self.stage_layers) < 1:
+            raise ValueError("every pipeline stage needs at least one layer")
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise ValueError(f"global_batch {self.global_batch} is not a multiple of dp x micro_batch = "
+                             f"{self.dp * self.micro_batch}")
+        if self.tp > self.gpus_per_node:
+            raise ValueError(f"tp {self.tp} exceeds gpus_per_node {self.gpus_per_node} (TP stays inside a node)")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+
+def load_job(path: str | Path) -> TrainingJob:
+    return load_model(path, TrainingJob, "a training job (see `mosearch predict --help`)")
+
+
+def _arch(job: TrainingJob, where: str | None) -> Architecture:
+    if isinstance(job.model, str):
+        presets = model_presets()
+        arch = presets.get(job.model.lower())
+        if arch is None:
+            hint = ", ".join(nearest(job.model, list(presets))) or ", ".join(presets)
+            raise InputError(where, "model", f"unknown model preset {job.model!r}",
+                             f"a preset name or an architecture mapping; nearest: {hint}")
+        return arch
+    return Architecture(**job.model.model_dump())
+
+
+def _job_context(job: TrainingJob, where: str | None):
+    """(ModelContext, fields, cluster) of one training job, ready for `train_times`."""
+    from problems.placement.model import build_context
+
+    arch = _arch(job, where)
+    if job.stage_layers is not None and sum(job.stage_layers) != arch.layers:
+        raise InputError(where, "stage_layers", f"sum {sum(job.stage_layers)} != the model's {arch.layers} layers")
+    types = dict(gpu_catalog())
+    aliases = gpu_aliases(types)
+    for name, over in job.gpu_types.items():
+        canonical = aliases.get(name.lower())
+        if canonical is None:
+            raise InputError(where, f"gpu_types.{name}", f"unknown GPU type {name!r}", "a catalog type")
+        given = over.model_dump(exclude_none=True)
+        src = {k: f"given in {where or 'the job'}" for k in given}
+        types[canonical] = types[canonical].model_copy(update={**given, "sources": {**types[canonical].sources, **src}})
+    per_replica = job.replica_gpus is not None
+    labels = job.replica_gpus or job.stage_gpus or [job.gpu] * job.pp
+    field = "replica_gpus" if per_replica else "stage_gpus" if job.stage_gpus else None
+    names = []
+    for i, g in enumerate(labels):
+        canonical = aliases.get(g.lower())
+        if canonical is None:
+            key = f"{field}[{i}]" if field else "gpu"
+            raise InputError(where, key, f"unknown GPU type {g!r}",
+                             "a catalog type; nearest: " + (", ".join(nearest(g, list(types))) or ", ".join(types)))
+        names.append(canonical)
+    kinds = list(dict.fromkeys(names))  # pools in stage (or replica) order
+    per_type = {k: names.count(k) for k in kinds}  # stages (or replicas) of each type
+    # GPUs of a type: dp replicas x tp x its stages, or its replicas x tp x pp
+    gpus_of = {k: per_type[k] * job.tp * (job.pp if per_replica else job.dp) for k in kinds}
+    pools = [Pool(id=f"{k}@job", gpu=types[k], region="job", count=gpus_of[k],
+                  gpus_per_node=job.gpus_per_node, intra_gbs=types[k].intra_node.bandwidth_gbs,
+                  inter_gbs=job.inter_node_gbs) for k in kinds]
+    cluster = Cluster(name=job.name, path=where or "<job>", pools=pools, regions=["job"],
+                      region_bw=np.array([[job.inter_node_gbs]]), region_latency=np.array([[1e-5]]),
+                      region_egress=np.zeros((1, 1)))
+    workload = Workload(name=job.name, path=where or "<job>", model=arch, algorithm="grpo",
+                        prompts_per_step=job.global_batch, samples_per_prompt=1, prompt_len=job.seq_len,
+                        response_mean=0, response_max=0, max_staleness=0, precision=job.precision,
+                        has_reference=False, has_critic=False, attention=job.attention)
+    for gpu in job.efficiencies:
+        if aliases.get(gpu.lower()) not in kinds:
+            raise InputError(where, f"efficiencies.{gpu}", "not a GPU type of this job", ", ".join(kinds))
+    eff = {aliases[g.lower()]: v for g, v in job.efficiencies.items()}
+    try:
+        ctx = build_context(cluster, workload, eff)
+    except InputError as err:
+        raise InputError(where, err.key, err.problem, err.expected) from None
+    ctx.rl_passes = False
+    ctx.interleave = job.interleave
+    # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
+    # (even stages) is the planner's own layout, replicas in pools
+    staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)
+    one = lambda v, dtype=np.int64: np.array([v], dtype=dtype)  # noqa: E731
+    f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp),
+         "train_gpus": np.array([[p.count for p in pools]], dtype=np.int64),
+         "shared_gpus": np.zeros((1, len(pools)), dtype=np.int64),
+         "recompute": one(int(job.recompute)), "sharding": one(SHARDINGS.index(job.sharding)),
+         "optimizer_offload": one(int(job.optimizer_offload)),
+         "stages_on_pool": np.array([[job.pp if per_replica else per_type[k] for k in kinds]], dtype=np.int64)}
+    if staged:
+        layers = job.stage_layers or _even_layers(arch.layers, job.pp)
+        ctx.stage_layers = np.array(layers, dtype=float)
+        ctx.stage_pool = np.array([kinds.index(n) for n in names], dtype=np.int64)
+    return ctx, f, cluster
+
+
+def _even_layers(layers: int, pp: int) -> list[int]:
+    """Megatron's even partition: layers / pp per stage (the first stages take the remainder)."""
+    base, extra = divmod(layers, pp)
+    return [base + (i < extra) for i in range(pp)]
+
+
+def _memory(ctx, f, tr) -> dict[str, float]:
+    """Per GPU of the most loaded stage on the fullest GPU type, GB: model states by kind, activations,
+    runtime, allocator."""
+    from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, SHARD_Z3, SHARD_FSDP, activation_bytes,
+                                                 state_bytes_per_param, stage_params, train_peak_bytes)
+
+    w, g, o = state_bytes_per_param(ctx.bpe)
+    tp, pp, dp, sh = f["tp"], f["pp"], np.maximum(tr["dp"], 1), f["sharding"]
+    psh = stage_params(ctx, pp) / tp
+    z3 = (sh == SHARD_Z3) | (sh == SHARD_FSDP)
+    weights = psh * w / np.where(z3, dp, 1)
+    grads = psh * g / np.where(z3 | (sh == SHARD_Z2), dp, 1)
+    opt = np.where(f["optimizer_offload"].astype(bool), 0.0, psh * o / np.where(sh == SHARD_NONE, 1, dp))
+    acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None], f["recompute"][:, None],
+                            tr["micro_batches"])
+    states = weights + grads + opt
+    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx)
+    j = int(np.argmax(reserved[0] / ctx.mem))  # the GPU type closest to running out
+    gb = 1e-9
+    return {"weights": float(weights[0]) * gb, "gradients": float(grads[0]) * gb, "optimizer": float(opt[0]) * gb,
+            "activations": float(acts[0, j]) * gb, "runtime": float(ctx.eff["runtime_gb"][j]),
+            "allocator_waste": float(reserved[0, j] - allocated[0, j]) * gb,
+            "allocated": float(allocated[0, j]) * gb, "reserved": float(reserved[0, j]) * gb,
+            "capacity": float(ctx.mem[j]) * gb}
+
+
+def predict_training(job: TrainingJob, where: str | None = None) -> dict:
+    """Iteration time, throughput, breakdown and memory of one training job (see module doc)."""
+    from problems.placement.model.training import train_times
+
+    ctx, f, cluster = _job_context(job, where)
+    tr = train_times(ctx, f, np.ones(1))
+    step = float(tr["train_s"][0])
+    tokens = job.global_batch * job.seq_len
+    gpus = job.gpus
+    # model FLOPs as Megatron-LM counts them (forward + backward, no recompute): what MFU compares with
+    model_flops = float(tr["train_flops"][0]) / (1.0 + job.recompute / 3.0)
+    peak = np.average([p.gpu.peak(job.precision) for p in cluster.pools], weights=[p.count for p in cluster.pools])
+    parts = {k: float(tr[k][0]) for k in ("train_compute_s", "pipeline_bubble_s", "tp_comm_s", "pp_comm_s",
+                                          "dp_sync_s", "optimizer_s")}
+    return {
+        "job": job.name, "model": _arch(job, where).name, "gpus": gpus,
+        "layout": {"dp": job.dp, "tp": job.tp, "pp": job.pp, "micro_batch": job.micro_batch,
+                   "micro_batches_per_rank": int(tr["micro_batches"][0].max()),
+                   "stage_layers": [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None
+                                                     else _even_layers(ctx.layers, job.pp))],
+                   "stage_gpus": job.stage_gpus or ([] if job.replica_gpus else [job.gpu] * job.pp),
+                   "replica_gpus": job.replica_gpus or []},
+        "step_s": step,
+        "samples_s": job.global_batch / step,
+        "tokens_s": tokens / step,
+        "tokens_s_per_gpu": tokens / step / gpus,
+        "model_tflops_per_gpu": model_flops / step / gpus / 1e12,
+        "mfu": model_flops / step / gpus / (peak * 1e12),
+        "breakdown": parts,
+        "memory_gb": _memory(ctx, f, tr),
+        "assumptions": _assumptions(ctx, cluster, job.precision, job.attention),
+    }
+
+
+def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[str]:
+    out = [f"precision {precision}: {PRECISION_BYTES[precision]} bytes per element; matmuls at the "
+           f"{precision} peak ({', '.join(f'{p.gpu.name} {p.gpu.peak(precision):g}' for p in cluster.pools)} TFLOP/s)",
+           f"attention {attention}" + (" (no score matrix, causal half of the keys)" if ctx.flash
+                                       else " (s x s scores computed, stored and passed through softmax/dropout)"),
+           f"MLP {'gated (3 matrices)' if ctx.gated else 'plain (2 matrices)'}",
+           "data split evenly over data-parallel ranks" if ctx.even_split else "data split by replica speed",
+           "pipeline: 1F1B, sum of stage times + (micro-batches - 1) x the slowest stage; LM head on the last stage"]
+    for i, p in enumerate(cluster.pools):
+        e = {k: float(v[i]) for k, v in ctx.eff.items()}
+        out.append(f"{p.gpu.name}: mfu {e['mfu']:.2f}, element-wise bandwidth share {e['elementwise_eff']:.2f}, "
+                   f"per-layer floor {e['layer_s'] * 1e3:.2f} ms, per-micro-batch {e['microbatch_s'] * 1e3:.2f} ms, "
+                   f"runtime {e['runtime_gb']:.1f} GB, allocator waste {e['alloc_waste']:.0%} of activations"
+                   f" (sources: {', '.join(f'{k}={v}' for k, v in p.gpu.sources.items() if k in ('mfu', 'train_fit'))})")
+    return out
+
+
+# ---------------------------------------------------------------- RL step of a plan
+
+
+def _spec_path(plan_file: str | Path, given: str) -> Path:
+    p = Path(given)
+    if p.is_file():
+        return p
+    alt = Path(plan_file).parent / given
+    return alt if alt.is_file() else p
+
+
+def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | None = None, group_size: int | None = None,
+                 prompt_len: int | None = None, response_mean: int | None = None, response_max: int | None = None,
+                 mini_batches: int = 1, cluster=None, workload=None) -> dict:
+    """The model's figures for one RL step of a plan with the settings a run actually used.
+
+    `mini_batches` > 1: that many optimizer updates per step, each on a slice of the batch, and no
+    elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
+    the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
+    from problems.placement.plan import load_plan
+    from problems.placement.problem import PlacementProblem
+
+    plan = plan or load_plan(plan_file)
+    cl = cluster or load_cluster(_spec_path(plan_file, plan.cluster.path))
+    wl = workload or load_workload(_spec_path(plan_file, plan.workload.path))
+    changes = {k: v for k, v in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", group_size),
+                                 ("prompt_len", prompt_len), ("response_mean", response_mean),
+                                 ("response_max", response_max)) if v is not None}
+    if "response_mean" in changes and "response_max" not in changes:
+        changes["response_max"] = max(wl.response_max, changes["response_mean"])
+    wl = dataclasses.replace(wl, **changes)
+    prob = PlacementProblem(cl, wl)
+    prob.ctx.updates = max(int(mini_batches), 1)
+    try:
+        x = prob.encode(plan)
+    except ValueError as err:
+        raise InputError(str(plan_file), "pools", str(err), "a plan of this cluster") from None
+    r = prob.evaluate_matrix(x[None, :])
+    out = {k: float(v[0]) for k, v in r.items()}
+    out["samples_per_step"] = float(wl.samples_per_step)
+    # generated tokens over the rollout phase (prefill and the long tail included): what a run measures
+    # as its engines' generation rate, unlike decode_tokens_s (the engines' steady decode rate)
+    out["generated_tokens_s"] = wl.samples_per_step * wl.response_mean / out["rollout_s"]
+    return out
+
+
+# the cluster an emulated run really runs on: this machine's devices (problems/clusters/local.yaml)
+LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
+
+
+def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER
+                ) -> tuple[dict, list[str]]:
+    """(predicted figures, notes) for what a training run actually did, from its summary: its batch
+    (prompts x group size), the measured mean prompt and response lengths, the longest response it
+    allowed and its optimizer updates per step. An emulated run (`layout.emulated`) is predicted on
+    `local_cluster` with the layout it really ran (its engines and data-parallel ranks on this
+    machine's devices) and the model it trained, in fp32 (what the CPU runs)."""
+    from problems.placement.plan import PoolRoles, SpecRef, load_plan
+
+    plan = load_plan(plan_file)
+    run, lay, meas = summary.get("run", {}), summary.get("layout", {}), summary.get("measured", {})
+    mean = lambda k: max(1, round(meas[k])) if meas.get(k) else None  # noqa: E731
+    kw = dict(prompts_per_step=run.get("prompts_per_step"), group_size=run.get("group_size"),
+              prompt_len=mean("prompt_tokens_mean"), response_mean=mean("response_tokens_mean"),
+              response_max=run.get("max_new_tokens"), mini_batches=int(run.get("mini_batches") or 1))
+    if kw["response_max"] is not None and kw["response_mean"] is not None:
+        kw["response_max"] = max(kw["response_max"], kw["response_mean"])
+    notes = []
+    wl = load_workload(_spec_path(plan_file, plan.workload.path))
+    model = run.get("model")
+    presets = model_presets()
+    if model and model.lower() in presets and presets[model.lower()].name != wl.model.name:
+        wl = dataclasses.replace(wl, model=presets[model.lower()])
+        notes.append(f"predicted for the model the run trained ({model}), not the workload's")
+    elif model and model.lower() not in presets and model != wl.model.name:
+        notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+    cluster = None
+    if lay.get("emulated") and local_cluster is not None:
+        cluster = load_cluster(local_cluster)
+        pool = cluster.pools[0]
+        engines, dp = int(lay.get("engines") or 1), int(lay.get("dp") or 1)
+        colo = plan.execution.mode == "colocated"
+        roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region, rollout_gpus=0 if colo else engines,
+                          train_gpus=0 if colo else dp, shared_gpus=dp if colo else 0, rollout_tp=1)
+        plan = plan.model_copy(update={
+            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": 1, "pp": 1}),
+            "cluster": SpecRef(name=cluster.name, path=str(local_cluster), sha256="0" * 64)})
+        wl = dataclasses.replace(wl, precision="fp32")
+        notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "
+                     f"{cluster.name}'s {pool.gpu.name} devices, fp32")
+    return predict_plan(plan_file, plan=plan, cluster=cluster, workload=wl, **kw), notes

@@ -1,0 +1,238 @@
+"""`predict_training` / `mosearch predict`: the model facts (precision, attention kind, MLP kind,
+uneven stages, data split) against hand-computed figures, and the plan path against the planner's.
+
+The hand-computed cases use a small model (2 or 4 layers, hidden 64, 1 head, ffn 128, vocab 100,
+32-token sequences) on an H100 with mfu = 1, element-wise bandwidth share 1 and no floors, so each
+time is FLOPs / peak + bytes / bandwidth with the numbers written out below.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from problems.placement.catalog import Architecture, gpu_catalog
+from problems.placement.predict import TrainingJob, predict_plan, predict_training
+
+H100_HBM = 3.35e12  # bytes/s (catalog)
+NVLINK = 900e9
+UNIT = {"H100": {"mfu": 1.0, "elementwise_eff": 1.0, "layer_s": 0.0}}
+
+
+def job(**kw) -> TrainingJob:
+    model = dict(layers=2, hidden=64, heads=1, kv_heads=1, ffn=128, vocab=100, mlp="plain", tied_embeddings=True)
+    model.update(kw.pop("model", {}))
+    base = dict(model=model, gpu="H100", seq_len=32, global_batch=4, micro_batch=4, precision="fp32",
+                efficiencies=UNIT)
+    return TrainingJob(**(base | kw))
+
+
+# per sample, one forward, one layer: 2 x (4 h^2 + 2 h ffn + 2 h) x 32 tokens + 4 x 64 x 16 (causal) x 32
+LAYER_F = 2 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) * 32 + 4 * 64 * 16 * 32  # 2,236,416
+HEAD_F = 2 * 100 * 64 * 32  # 409,600
+# forward + backward (2 forwards) of 4 samples through 2 layers and the head
+STEP_F = 3 * 4 * (2 * LAYER_F + HEAD_F)  # 58,589,184
+
+
+def test_hand_computed_flops():
+    assert LAYER_F == 2_236_416 and STEP_F == 58_589_184
+
+
+def test_precision_selects_the_peak():
+    cat = gpu_catalog()
+    assert cat["H100"].peak("bf16") == 989 and cat["H100"].peak("tf32") == 494 and cat["H100"].peak("fp32") == 67
+    assert cat["A100-80G"].peak("fp32") == 19.5 and cat["V100"].peak("fp16") == 125
+    # tf32 and fp32 store 4 bytes: only the matmul peak differs, by the hand-computed FLOPs
+    t32 = predict_training(job(precision="fp32"))["breakdown"]["train_compute_s"]
+    tf = predict_training(job(precision="tf32"))["breakdown"]["train_compute_s"]
+    assert t32 - tf == pytest.approx(STEP_F * (1 / 67e12 - 1 / 494e12), rel=1e-9)
+    # and the whole fp32 time: FLOPs at 67 TFLOP/s + element-wise bytes (fp32, plain MLP) at 3.35 TB/s
+    ew = 32 * (64 * (10 * 4 + 2) + 64 * (16 * 4 + 2) + 128 * 2 * 4 + 128 * 3 * 4)  # per sample and layer
+    assert t32 == pytest.approx(STEP_F / 67e12 + 4 * 2 * ew / H100_HBM, rel=1e-9)
+
+
+def test_unfused_attention_costs_the_full_context_and_the_scores():
+    flash = predict_training(job(attention="flash"))
+    unfused = predict_training(job(attention="unfused"))
+    extra_f = 3 * 4 * 2 * (4 * 64 * 16 * 32)  # keys 32 instead of 16 per token
+    extra_b = 4 * 2 * 32 * 32 * ((10 * 4 + 2) + (13 * 4 + 2))  # fp32 (unfused softmax) score passes
+    delta = unfused["breakdown"]["train_compute_s"] - flash["breakdown"]["train_compute_s"]
+    assert delta == pytest.approx(extra_f / 67e12 + extra_b / H100_HBM, rel=1e-9)
+    # stored scores: s b h x 5 a s / h (Korthikanti), fp32 = 2 x the 16-bit count, 2 layers
+    acts = (unfused["memory_gb"]["activations"] - flash["memory_gb"]["activations"]) * 1e9
+    assert acts == pytest.approx(32 * 4 * 64 * (5 * 1 * 32 / 64) * 2 * 2, rel=1e-9)
+
+
+def test_gated_mlp_has_three_matrices():
+    plain = Architecture(layers=2, hidden=64, heads=1, kv_heads=1, ffn=128, vocab=100, mlp="plain")
+    gated = Architecture(layers=2, hidden=64, heads=1, kv_heads=1, ffn=128, vocab=100)
+    assert gated.params_per_layer - plain.params_per_layer == 64 * 128
+    a = predict_training(job(model={"mlp": "plain"}))["breakdown"]["train_compute_s"]
+    b = predict_training(job(model={"mlp": "gated"}))["breakdown"]["train_compute_s"]
+    extra_f = 3 * 4 * 2 * (2 * 64 * 128 * 32)
+    extra_b = 4 * 2 * 32 * 128 * (1 + 2) * 4  # SwiGLU: one more read forward, two more backward
+    assert b - a == pytest.approx(extra_f / 67e12 + extra_b / H100_HBM, rel=1e-9)
+
+
+def _layer_and_head_bf16():
+    """One micro-batch (1 sample) through one layer and through the head, bf16, H100, unit efficiencies."""
+    ew = 32 * (64 * (10 * 2 + 2) + 64 * (16 * 2 + 2) + 128 * 2 * 2 + 128 * 3 * 2)
+    return 3 * LAYER_F / 989e12 + ew / H100_HBM, 3 * HEAD_F / 989e12
+
+
+@pytest.mark.parametrize("stages", [[1, 3], [2, 2], [3, 1]])
+def test_uneven_pipeline_stages(stages):
+    L, H = _layer_and_head_bf16()
+    p2p = 2 * 32 * 64 * 2 / NVLINK  # activations forward and gradients back, one micro-batch
+    t = [n * L + p2p for n in stages]
+    t[-1] += H
+    got = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2, stage_layers=stages))
+    m = 4  # micro-batches: 4 samples, micro-batch 1, dp 1
+    assert got["breakdown"]["train_compute_s"] == pytest.approx(sum(t) + (m - 1) * max(t), rel=1e-9)
+    assert got["breakdown"]["pipeline_bubble_s"] == pytest.approx(sum(t) - max(t), rel=1e-9)
+    # memory: the stage with most layers x micro-batches in flight (stage i keeps pp - i)
+    kept = max(stages[0] * 2, stages[1] * 1)
+    per_layer = 32 * 1 * 64 * (10 + 24)  # s b h (10 + 24/t), bf16
+    logits = 32 * 100 * (2 + 4)
+    assert got["memory_gb"]["activations"] * 1e9 == pytest.approx(kept * per_layer + logits, rel=1e-9)
+
+
+def test_even_pipeline_matches_the_planner_formula():
+    """Without stage_layers a one-type job takes the planner's path; with the even partition given
+    explicitly it takes the staged path: the same time."""
+    a = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2))
+    b = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2, stage_layers=[2, 2]))
+    assert a["step_s"] == pytest.approx(b["step_s"], rel=1e-12)
+
+
+def test_stage_gpu_types_slow_stage_sets_the_pace():
+    fast = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2))
+    mixed = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2,
+                                 stage_gpus=["H100", "V100"]))
+    assert mixed["breakdown"]["train_compute_s"] > fast["breakdown"]["train_compute_s"]
+    assert mixed["layout"]["stage_gpus"] == ["H100", "V100"]
+
+
+def test_interleaving_shrinks_the_bubble():
+    a = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2))
+    b = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2, interleave=2))
+    assert b["breakdown"]["pipeline_bubble_s"] == pytest.approx(a["breakdown"]["pipeline_bubble_s"] / 2, rel=1e-9)
+
+
+def test_even_data_split_waits_for_the_slow_replica(tmp_path):
+    """Two replicas, one H100 and one A100: the trainer gives each half the batch (even split), so
+    the step takes the A100's time for half the batch; a speed-proportional split would be faster."""
+    from problems.placement.model import build_context
+    from problems.placement.model.training import train_times
+    from problems.placement.specs import load_cluster, load_workload
+    from tests.placement.conftest import WORKLOADS, write_cluster
+
+    wl = load_workload(WORKLOADS / "qwen2.5-7b-grpo.yaml")
+    two = load_cluster(write_cluster(tmp_path, "two", [
+        {"gpu": "H100", "nodes": 1, "gpus_per_node": 1, "region": "r"},
+        {"gpu": "A100-80G", "nodes": 1, "gpus_per_node": 1, "region": "r"}]))
+    one = load_cluster(write_cluster(tmp_path, "one", [{"gpu": "A100-80G", "nodes": 1, "gpus_per_node": 1,
+                                                        "region": "r"}]))
+    ones = lambda n: np.ones(1, dtype=np.int64)  # noqa: E731
+    f = lambda P: {"tp": ones(1), "pp": ones(1), "micro_batch": ones(1), "train_gpus": np.ones((1, P), np.int64),  # noqa: E731
+                   "shared_gpus": np.zeros((1, P), np.int64), "recompute": np.zeros(1, np.int64),
+                   "sharding": np.zeros(1, np.int64), "optimizer_offload": np.zeros(1, np.int64)}
+    ctx2 = build_context(two, wl)
+    even = train_times(ctx2, f(2), np.ones(1))["train_compute_s"][0]
+    ctx1 = build_context(one, wl)
+    ctx1.samples = wl.samples_per_step // 2
+    alone = train_times(ctx1, f(1), np.ones(1))["train_compute_s"][0]
+    assert even == pytest.approx(alone, rel=1e-12)
+    ctx2.even_split = False
+    assert train_times(ctx2, f(2), np.ones(1))["train_compute_s"][0] < even
+
+
+def test_predict_plan_is_the_planner_score(tmp_path):
+    from tests.placement.conftest import problem
+
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    rng = np.random.default_rng(3)
+    X = prob.layout.repair(prob.xl + rng.random((40, prob.n_var)) * (prob.xu - prob.xl))
+    r = prob.evaluate_matrix(X)
+    i = int(np.flatnonzero(r["feasible"] > 0)[0]) if (r["feasible"] > 0).any() else 0
+    plan = prob.decode(X[i], lifetime=False)
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan.to_yaml())
+    got = predict_plan(path)
+    want = prob.evaluate_plans([plan])
+    assert got["step_s"] == pytest.approx(float(want["step_s"][0]), rel=1e-12)
+    four = predict_plan(path, mini_batches=4)
+    assert four["optimizer_s"] == pytest.approx(4 * got["optimizer_s"], rel=1e-9)
+    assert four["dp_sync_s"] == pytest.approx(4 * got["dp_sync_s"], rel=1e-9)
+    bigger = predict_plan(path, prompts_per_step=2 * prob.workload.prompts_per_step)
+    assert bigger["samples_per_step"] == 2 * got["samples_per_step"] and bigger["rollout_bulk_s"] > got["rollout_bulk_s"]
+
+
+def _cli(*argv):
+    return subprocess.run([sys.executable, "-m", "mosearch.cli", "predict", *argv], capture_output=True, text=True)
+
+
+def test_cli_predict_prints_the_breakdown_and_rejects_bad_layouts():
+    ok = _cli("--model", "llama3.1-8b", "--gpu", "H100", "--dp", "2", "--pp", "4", "--stage-layers", "9,8,8,7",
+              "--seq-len", "4096", "--global-batch", "64")
+    assert ok.returncode == 0, ok.stderr
+    assert "pipeline bubble" in ok.stdout and "optimizer" in ok.stdout and "assumptions" in ok.stdout
+    bad = _cli("--model", "llama3.1-8b", "--pp", "2", "--stage-layers", "9,8", "--seq-len", "4096",
+               "--global-batch", "64")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "stage_layers" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_job_file_and_its_errors(tmp_path):
+    good = tmp_path / "job.yaml"
+    good.write_text("model: {layers: 4, hidden: 64, heads: 1, kv_heads: 1, ffn: 128, vocab: 100, mlp: plain}\n"
+                    "gpu: A100\nseq_len: 32\nglobal_batch: 8\nmicro_batch: 2\ndp: 2\npp: 2\nstage_layers: [1, 3]\n"
+                    "gpu_types: {A100: {bandwidth_tbs: 1.555, memory_gb: 40}}\n")
+    ok = _cli("--job", str(good), "--json")
+    assert ok.returncode == 0, ok.stderr
+    import json
+
+    p = json.loads(ok.stdout)
+    assert p["layout"]["stage_layers"] == [1, 3] and p["memory_gb"]["capacity"] == pytest.approx(40)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace("global_batch: 8", "global_batch: 7"))
+    res = _cli("--job", str(bad))
+    assert res.returncode == 2 and str(bad) in res.stderr and "global_batch" in res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_workload_precision_and_attention_reach_the_planner(tmp_path):
+    import yaml
+
+    from tests.placement.conftest import WORKLOADS, problem
+
+    base = yaml.safe_load((WORKLOADS / "qwen2.5-7b-grpo.yaml").read_text())
+    paths = {}
+    for tag, extra in {"fp32": {"precision": "fp32"}, "tf32": {"precision": "tf32"},
+                       "unfused": {"precision": "tf32", "attention": "unfused"}}.items():
+        paths[tag] = tmp_path / f"{tag}.yaml"
+        paths[tag].write_text(yaml.safe_dump(base | extra))
+    from problems.placement import PlacementProblem
+    from tests.placement.conftest import CLUSTERS
+
+    probs = {t: PlacementProblem.from_files(CLUSTERS / "h100-64.yaml", p) for t, p in paths.items()}
+    X = probs["fp32"].layout.repair(probs["fp32"].xl + np.random.default_rng(0).random((50, probs["fp32"].n_var))
+                                    * (probs["fp32"].xu - probs["fp32"].xl))
+    t = {k: p.evaluate_matrix(X)["train_compute_s"] for k, p in probs.items()}
+    assert np.all(t["fp32"] > t["tf32"]) and np.all(t["unfused"] > t["tf32"])
+    assert probs["fp32"].ctx.flops[0] == 67e12 and probs["tf32"].ctx.flops[0] == 494e12
+
+
+def test_replicas_of_different_gpu_types_split_the_batch_evenly():
+    """dp 2 over an H100 and a V100 replica: each trains half the batch, the V100 sets the pace (the
+    planner's even split), so the compute equals a V100 alone on half the batch."""
+    mixed = predict_training(job(precision="bf16", dp=2, micro_batch=1, replica_gpus=["H100", "V100"],
+                                 efficiencies={}))
+    alone = predict_training(job(precision="bf16", dp=1, micro_batch=1, global_batch=2, gpu="V100", efficiencies={}))
+    assert mixed["breakdown"]["train_compute_s"] == pytest.approx(alone["breakdown"]["train_compute_s"], rel=1e-12)
+    assert mixed["layout"]["replica_gpus"] == ["H100", "V100"]
+    with pytest.raises(ValueError, match="replica_gpus"):
+        job(dp=2, replica_gpus=["H100"])
