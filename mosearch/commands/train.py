@@ -67,5 +67,6 @@ def run(args: argparse.Namespace) -> int:
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
     print(f"{'figure':<24}{'predicted':>12}{'measured':>12}")
     for name, pred, meas in comparison_table(summary):
-        print(f"{name:<24}{pred:>12}{meas:>12}")
+        if meas != "-" or name in ("cost_usd_h", "usd_per_1k_samples", "peak_mem_frac"):  # user-facing figures only
+            print(f"{name:<24}{pred:>12}{meas:>12}")
     return 130 if summary["status"] == "interrupted" else 0
