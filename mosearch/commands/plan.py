@@ -123,7 +123,7 @@ def run(args) -> int:
         top.append(outcome.plans[outcome.knee])
     out.print(front_table(top, outcome.baselines,
                           f"{len(shown)} distinct plans of {len(outcome.plans)} Pareto plans found (fastest 10 shown; "
-                          f"all: mosearch show {args.out})", knee_id))
+                          f"the rest: mosearch show {args.out})", knee_id))
     state = "PARTIAL (interrupted): " if res.partial else ""
     out.print(f"{state}{outcome.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
                   f"{res.history[-1]['hv']:.4f}; knee {knee_id}. Written to {args.out}/ "

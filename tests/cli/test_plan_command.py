@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from mosearch.cli import main
 from mosearch.decide import Limits
 from mosearch.planner.run import plan_run
 from mosearch.planner.search import SearchSettings
+from mosearch.report.terminal import gpu_summary
 from mosearch.results import FRONT_COLUMNS, load_run
 from problems.placement.plan import load_plan
 
@@ -86,6 +89,24 @@ def test_plots_and_offline_report(mixed8_run):
     assert 'id="f-cost"' in html and "mouseover" in html
     for mode in {p.execution.mode for p in run.plans}:  # a legend entry per mode drawn
         assert f">{mode}</text>" in html
+    for p in run.plans:  # GPU types per plan for the table
+        assert json.dumps(gpu_summary(p)) in html
+    assert "kv_shortfall" not in html.split("const STEP =")[1].split(";")[0]  # only plain-language step parts
+
+
+def test_report_axes_turn_logarithmic_past_a_tenfold_cost_range():
+    from mosearch.report import html, plots
+
+    assert html._Axes(np.array([1.0, 50.0]), np.array([1.0, 2.0])).log
+    assert not html._Axes(np.array([1.0, 5.0]), np.array([1.0, 2.0])).log
+    assert plots._log_cost(np.array([0.5, 20.0])) and not plots._log_cost(np.array([2.0, 15.0]))
+
+
+def test_highs_banner_stays_off_stdout():
+    code = ("from problems.placement.baselines.milp import _highs\n"
+            "_highs(); _highs(); print('only this')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "only this\n"
 
 
 def test_partial_result_on_interrupt(tmp_path):
