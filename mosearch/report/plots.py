@@ -119,8 +119,12 @@ def throughput_cost(F: np.ndarray, modes: list[str], knee: int | None, baselines
 
 def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
     lo, hi = F.min(axis=0), F.max(axis=0)
-    span = np.where(hi - lo > 0, hi - lo, 1.0)
-    N = (F - lo) / span
+    G = F.astype(float).copy()
+    log_cost = _log_cost(F[:, 1])
+    if log_cost:  # small plans stay apart on a wide cost range
+        G[:, 1] = np.log(F[:, 1])
+    glo, ghi = G.min(axis=0), G.max(axis=0)
+    N = (G - glo) / np.where(ghi - glo > 0, ghi - glo, 1.0)
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
     from matplotlib.collections import LineCollection
 
@@ -135,7 +139,8 @@ def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
         ax.plot(xs, N[knee], color="black", lw=2.5, label="knee")
         ax.legend(fontsize=8, loc="upper right")
     ax.set_xticks(xs)
-    ax.set_xticklabels([f"{lab}\n[{lo[k]:.3g} .. {hi[k]:.3g}]" for k, lab in enumerate(LABELS)], fontsize=8)
+    labels = [lab + (", log" if k == 1 and log_cost else "") for k, lab in enumerate(LABELS)]
+    ax.set_xticklabels([f"{lab}\n[{lo[k]:.3g} .. {hi[k]:.3g}]" for k, lab in enumerate(labels)], fontsize=8)
     ax.set_yticks([0, 1])
     ax.set_yticklabels(["front min", "front max"], fontsize=8)
     ax.set_title(f"Parallel coordinates: {len(F)} distinct plans (colour: throughput)")
