@@ -54,6 +54,14 @@ def test_front_files_follow_the_contract(mixed8_run):
     for i in range(len(M)):
         dom = (A <= M[i]).all(axis=1) & (A < M[i]).any(axis=1)
         assert not dom.any(), rows[i]["plan_id"]
+    # and every plan found has a plan on the front within the resolution in every objective
+    r = np.array(list(yaml.safe_load((mixed8_run / "run.yaml").read_text())["resolution"].values()))
+    E = np.array([[float(x[c]) for c in cols] for x in rows])
+    for x, f in zip(every, A * np.array([-1, 1, 1, 1])):
+        near = ((E[:, 0] * (1 + r[0]) >= f[0]) & (E[:, 1] <= f[1] * (1 + r[1])) & (E[:, 2] <= f[2] + r[2])
+                & (E[:, 3] <= f[3] + r[3]))
+        assert near.any(), x["plan_id"]
+    assert len(rows) < len(every)  # the resolution does thin it
     assert (F[:, 2] <= 1.0).all()
     for r in rows:
         plan = load_plan(mixed8_run / "plans" / f"{r['plan_id']}.yaml")
