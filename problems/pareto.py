@@ -42,21 +42,6 @@ def non_dominated(F: np.ndarray, keep_duplicates: bool = False) -> np.ndarray:
     return np.asarray(moocore.is_nondominated(F, keep_weakly=keep_duplicates), dtype=bool)
 
 
-def dominated_by(A: np.ndarray, B: np.ndarray, or_equal: bool = False) -> np.ndarray:
-    """For each row of B: does some row of A dominate it (or, with `or_equal`, equal it)?
-
-    O(len(A) x len(B)); for merging a batch into an archive."""
-    A = np.asarray(A, dtype=float)
-    B = np.asarray(B, dtype=float)
-    if len(A) == 0 or len(B) == 0:
-        return np.zeros(len(B), dtype=bool)
-    le = (A[:, None, :] <= B[None, :, :]).all(axis=2)
-    if or_equal:
-        return le.any(axis=0)
-    lt = (A[:, None, :] < B[None, :, :]).any(axis=2)
-    return (le & lt).any(axis=0)
-
-
 def merge(held: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Non-dominated merge of an archive with a batch (both minimised, `held` non-dominated).
 
