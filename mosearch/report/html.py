@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mosearch.report.terminal import STEP_LABELS, gpu_summary, step_parts
+from mosearch.report.terminal import OPTIONAL_PARTS, STEP_LABELS, gpu_summary, step_parts
 from problems.atomic import atomic_write_text
 from problems.placement.plan import Plan
 
@@ -228,6 +228,7 @@ const BASELINES = {baselines};
 const KNEE = {knee};
 const STEP = {step_labels};
 const MODES = {mode_words};
+const OPTIONAL = {optional};
 function fmt(v, d) {{ if (v === undefined || v === null || Number.isNaN(v)) return "-"; return Number(v).toFixed(d); }}
 function esc(s) {{ return String(s).replace(/[&<>"]/g, c => ({{"&":"&amp;","<":"&lt;",">":"&gt;","\\"":"&quot;"}})[c]); }}
 function detail(p) {{
@@ -249,10 +250,10 @@ function detail(p) {{
   const t = p.train, e = p.execution, r = p.rollout;
   h += `<p>training: data ${{t.dp}} x tensor ${{t.tp}} x pipeline ${{t.pp}} parallel, ${{esc(t.sharding)}}, micro-batch ${{t.micro_batch}}` +
        `${{t.recompute ? ", activation recomputation" : ""}}${{t.optimizer_offload ? ", optimizer state offloaded" : ""}}<br>` +
-       `rollout (vLLM): ${{fmt(r.kv_mem_frac*100,0)}}% of GPU memory for the KV cache, ${{r.max_num_seqs}} sequences at once per engine<br>` +
+       `rollout (vLLM): each engine may use ${{fmt(r.kv_mem_frac*100,0)}}% of GPU memory, ${{r.max_num_seqs}} sequences at once<br>` +
        `execution: <b>${{esc(MODES[e.mode] || e.mode)}}</b>${{e.mode === "async" ? ", staleness bound " + e.staleness_bound : ""}}` +
        `${{e.pipeline_chunks > 1 ? ", " + e.pipeline_chunks + " pipeline chunks" : ""}}; weights sent ${{esc(p.weight_sync.route)}}</p>`;
-  const rows = Object.keys(STEP).filter(k => k in pr && !(pr[k] === 0 && (k === "switch_s" || k === "egress_usd_h")));
+  const rows = Object.keys(STEP).filter(k => k in pr && !(pr[k] === 0 && OPTIONAL.includes(k)));
   if (rows.length) {{
     h += "<table><tr><th>predicted</th><th>value</th></tr>";
     for (const k of rows) h += `<tr><td>${{esc(STEP[k])}}</td><td>${{fmt(pr[k], Math.abs(pr[k]) >= 100 ? 0 : 2)}}</td></tr>`;
@@ -318,7 +319,7 @@ def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee
         knee="null" if knee is None else int(knee),
         step_labels=_script_json({k: v for k, v in STEP_LABELS.items()
                                   if any(k in step_parts(p.predicted) for p in plans)}),
-        mode_words=_script_json(MODE_WORDS),
+        mode_words=_script_json(MODE_WORDS), optional=_script_json(list(OPTIONAL_PARTS)),
     )
     atomic_write_text(path, text)
     return path

@@ -56,9 +56,14 @@ STEP_LABELS = {
 }
 
 
+# parts a plan may not have (no shared GPUs, one region): left out when 0
+OPTIONAL_PARTS = ("switch_s", "egress_usd_h", "cross_region_gb_step")
+
+
 def step_parts(predicted: dict[str, float]) -> dict[str, float]:
     """The predictions of STEP_LABELS a plan has, in that order."""
-    return {k: predicted[k] for k in STEP_LABELS if k in predicted}
+    return {k: predicted[k] for k in STEP_LABELS
+            if k in predicted and not (k in OPTIONAL_PARTS and predicted[k] == 0)}
 
 
 def gpu_summary(plan: Plan) -> str:
@@ -155,8 +160,8 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
     lay.add_row("training", f"DP {t.dp} x TP {t.tp} x PP {t.pp} = {t.dp * t.tp * t.pp} GPUs, {t.sharding}, "
                             f"micro-batch {t.micro_batch}, recompute {'on' if t.recompute else 'off'}, "
                             f"optimizer offload {'on' if t.optimizer_offload else 'off'}")
-    lay.add_row("rollout", f"{plan.rollout_engines} vLLM engine(s), KV memory fraction {r.kv_mem_frac:g}, "
-                           f"{r.max_num_seqs} concurrent sequences per engine")
+    lay.add_row("rollout", f"{plan.rollout_engines} vLLM engine(s), each may use {r.kv_mem_frac:.0%} of GPU memory "
+                           f"(gpu_memory_utilization), {r.max_num_seqs} concurrent sequences per engine")
     lay.add_row("execution", f"{e.mode}" + (f", staleness bound k = {e.staleness_bound}" if e.mode == "async" else "")
                 + f", {e.pipeline_chunks} pipeline chunk(s)")
     lay.add_row("weight sync", plan.weight_sync.route)
