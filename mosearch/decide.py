@@ -173,7 +173,9 @@ def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
     t = (T[two].max() - T[two]) / (t_span if t_span > 0 else 1.0)
     c = (u[two] - u[two].min()) / (u_span if u_span > 0 else 1.0)
     k = two[_first((np.round(t + c, 12), -T[two], u[two]))]
-    same = np.flatnonzero((T * (1.0 + res[0]) >= T[k]) & (u <= u[k] * (1.0 + res[1])))
+    # within the resolution on either side of the knee in both
+    same = np.flatnonzero((T * (1.0 + res[0]) >= T[k]) & (T <= T[k] * (1.0 + res[0]))
+                          & (u <= u[k] * (1.0 + res[1])) & (u * (1.0 + res[1]) >= u[k]))
     return _settle(F, same, ("memory", "staleness", "throughput", "cost"))
 
 

@@ -53,6 +53,10 @@ def test_memory_breaks_ties_at_the_knee_but_does_not_move_it():
     assert decide.knee(F) == 3
     F[3, 0] = 5.5  # now 8% slower: no longer the same point
     assert decide.knee(F) == 1
+    # a plan 20% faster at the knee's $ per sample and little memory is a different point, not a tie
+    G = per_sample([2.0, 6.0, 8.0, 7.2], [1.0, 1.1, 3.0, 1.12], mem=[0.5, 0.9, 0.5, 0.1])
+    assert decide.knee(G[[0, 1, 2]]) == 1
+    assert decide.knee(G) == 3  # it is the better knee: faster at almost the same $ per sample
 
 
 def test_single_plan_front():
