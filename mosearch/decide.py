@@ -10,10 +10,12 @@ throughput and cost relatively (5%), memory and staleness absolutely (0.15, 1 ve
 front people read (`epsilon_front`) and the ties of the rules below.
 
 Rules (`choose`), each among the plans within every limit given:
-- `--max-cost B`: the fastest plan; throughputs within the resolution of the fastest count
-  as equal, and among those the cheaper wins, then less memory, then less staleness.
-- `--min-throughput T`: the cheapest plan; costs within the resolution of the cheapest count
-  as equal, and among those the faster wins, then less memory, then less staleness.
+- `--max-cost B`: the fastest plan. Throughputs within the resolution of the fastest count as
+  equal; among those the cheaper wins, then less memory, then less staleness (each again up to
+  its resolution); of plans equal in all four, the fastest.
+- `--min-throughput T`: the cheapest plan. Costs within the resolution of the cheapest count as
+  equal; among those the faster wins, then less memory, then less staleness (each up to its
+  resolution); of plans equal in all four, the cheapest.
 - `--knee` (the default without limits): the knee of throughput against $ per sample (`knee`).
 - `--weights`: the augmented achievement function (`achievement`).
 """
@@ -129,28 +131,43 @@ def _first(keys: tuple[np.ndarray, ...]) -> int:
     return int(np.lexsort(keys[::-1])[0])
 
 
-def _settle(F: np.ndarray, cand: np.ndarray, order: tuple[str, ...]) -> int:
-    """Among the rows `cand`, the lexicographic best by `order` (objective names, each in its
-    better direction); returns a row of F."""
-    M = minimised(F[cand])
-    cols = {"throughput": M[:, 0], "cost": M[:, 1], "memory": M[:, 2], "staleness": M[:, 3]}
-    return int(cand[_first(tuple(cols[k] for k in order))])
+def _near_best(F: np.ndarray, cand: np.ndarray, j: int, res: np.ndarray) -> np.ndarray:
+    """The rows of `cand` within the resolution of the best of them in objective j."""
+    v = F[cand, j]
+    if j == 0:
+        return cand[v * (1.0 + res[0]) >= v.max()]
+    if j == 1:
+        return cand[v <= v.min() * (1.0 + res[1])]
+    return cand[v <= v.min() + res[j]]
+
+
+def _cascade(F: np.ndarray, cand: np.ndarray, order: tuple[int, ...], res: np.ndarray,
+             final: tuple[np.ndarray, ...] | None = None) -> int:
+    """Keep the plans within the resolution of the best in each objective of `order` in turn,
+    then take the lexicographic best of the survivors: in the first objective of `order` and the
+    others after it (exactly), or by `final` (key columns over all rows of F)."""
+    cand = np.asarray(cand)
+    for j in order:
+        cand = _near_best(F, cand, j, res)
+    if final is None:
+        M = minimised(F)
+        final = tuple(M[:, j] for j in order)
+    return int(cand[_first(tuple(k[cand] for k in final))])
 
 
 def fastest(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
-    """The fastest plan; within the throughput resolution of it, cheaper, less memory, less staleness."""
+    """The fastest plan, where throughputs within the resolution count as equal: among those,
+    the cheaper (within the resolution), then less memory, then less staleness; of the plans
+    still equal, the fastest."""
     F = np.atleast_2d(np.asarray(F, dtype=float))
-    top = F[:, 0].max()
-    cand = np.flatnonzero(F[:, 0] * (1.0 + res[0]) >= top)
-    return _settle(F, cand, ("cost", "memory", "staleness", "throughput"))
+    return _cascade(F, np.arange(len(F)), (0, 1, 2, 3), res)
 
 
 def cheapest(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
-    """The cheapest plan; within the cost resolution of it, faster, less memory, less staleness."""
+    """The cheapest plan, where costs within the resolution count as equal: among those, the
+    faster, then less memory, then less staleness; of the plans still equal, the cheapest."""
     F = np.atleast_2d(np.asarray(F, dtype=float))
-    low = F[:, 1].min()
-    cand = np.flatnonzero(F[:, 1] <= low * (1.0 + res[1]))
-    return _settle(F, cand, ("throughput", "memory", "staleness", "cost"))
+    return _cascade(F, np.arange(len(F)), (1, 0, 2, 3), res)
 
 
 def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
@@ -162,7 +179,8 @@ def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
     knee minimises t + c: it lies farthest on the good side of the line through the two ends
     (Das 1999; the 2-D case of KnEA, Zhang, Tian, Jin 2015). A plan both fastest and cheapest
     per sample is the knee. Plans within the resolution of the knee in throughput and $/sample
-    count as the same point; among them less memory wins, then less staleness, then speed.
+    count as the same point: one of them replaces the knee only when the knee needs more memory
+    or staleness than it by more than the resolution (then the fastest such plan).
     """
     F = np.atleast_2d(np.asarray(F, dtype=float))
     if len(F) == 1:
@@ -176,7 +194,7 @@ def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
     # within the resolution on either side of the knee in both
     same = np.flatnonzero((T * (1.0 + res[0]) >= T[k]) & (T <= T[k] * (1.0 + res[0]))
                           & (u <= u[k] * (1.0 + res[1])) & (u * (1.0 + res[1]) >= u[k]))
-    return _settle(F, same, ("memory", "staleness", "throughput", "cost"))
+    return _cascade(F, same, (2, 3), res, final=(np.arange(len(F)) != k, -T, u))
 
 
 @dataclass(frozen=True)
@@ -323,8 +341,8 @@ def neighbours(F: np.ndarray, f: np.ndarray, res: np.ndarray = RESOLUTION) -> tu
     F = np.atleast_2d(np.asarray(F, dtype=float))
     up = np.flatnonzero(F[:, 0] > f[0] * (1.0 + res[0]))
     down = np.flatnonzero(F[:, 1] * (1.0 + res[1]) < f[1])
-    faster = _settle(F, up, ("cost", "throughput", "memory", "staleness")) if len(up) else None
-    cheaper = _settle(F, down, ("throughput", "cost", "memory", "staleness")) if len(down) else None
+    faster = int(up[_first((F[up, 1], -F[up, 0], F[up, 2], F[up, 3]))]) if len(up) else None
+    cheaper = int(down[_first((-F[down, 0], F[down, 1], F[down, 2], F[down, 3]))]) if len(down) else None
     return faster, cheaper
 
 

@@ -255,6 +255,7 @@ function detail(p) {{
        `${{e.pipeline_chunks > 1 ? ", " + e.pipeline_chunks + " pipeline chunks" : ""}}; weights sent ${{esc(p.weight_sync.route)}}</p>`;
   const rows = Object.keys(STEP).filter(k => k in pr && !(pr[k] === 0 && OPTIONAL.includes(k)));
   if (rows.length) {{
+    if (e.mode === "async") h += "<p>Rollouts of several steps run at once, so one step can take less time than generating its samples.</p>";
     h += "<table><tr><th>predicted</th><th>value</th></tr>";
     for (const k of rows) h += `<tr><td>${{esc(STEP[k])}}</td><td>${{fmt(pr[k], Math.abs(pr[k]) >= 100 ? 0 : 2)}}</td></tr>`;
     h += "</table>";

@@ -179,7 +179,9 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
     steps = step_parts(plan.predicted)
     tables = [roles, lay, pred]
     if steps:
-        st = Table(title="predicted step, memory and cost", title_justify="left")
+        note = (" (rollouts of several steps overlap: a step can be shorter than its rollout)"
+                if plan.execution.mode == "async" else "")
+        st = Table(title="predicted step, memory and cost" + note, title_justify="left")
         st.add_column("part")
         st.add_column("value", justify="right")
         for k, v in steps.items():

@@ -96,13 +96,19 @@ def test_atomic_front_write_keeps_the_old_files_on_failure(mixed8_run, tmp_path,
 def _scan(F, res, budget=None, floor=None):
     """`pick`'s documented rules as a plain scan of every plan found."""
     ok = [i for i in range(len(F)) if (budget is None or F[i, 1] <= budget) and (floor is None or F[i, 0] >= floor)]
-    if budget is not None:
-        top = max(F[i, 0] for i in ok)
-        cand = [i for i in ok if F[i, 0] * (1 + res[0]) >= top]
-        return min(cand, key=lambda i: (F[i, 1], F[i, 2], F[i, 3], -F[i, 0], i))
-    low = min(F[i, 1] for i in ok)
-    cand = [i for i in ok if F[i, 1] <= low * (1 + res[1])]
-    return min(cand, key=lambda i: (-F[i, 0], F[i, 2], F[i, 3], F[i, 1], i))
+    order = (0, 1, 2, 3) if budget is not None else (1, 0, 2, 3)
+    sign = [-1, 1, 1, 1]
+    for j in order:  # within the resolution of the best in each objective in turn
+        if j == 0:
+            top = max(F[i, 0] for i in ok)
+            ok = [i for i in ok if F[i, 0] * (1 + res[0]) >= top]
+        elif j == 1:
+            low = min(F[i, 1] for i in ok)
+            ok = [i for i in ok if F[i, 1] <= low * (1 + res[1])]
+        else:
+            low = min(F[i, j] for i in ok)
+            ok = [i for i in ok if F[i, j] <= low + res[j]]
+    return min(ok, key=lambda i: (*(sign[j] * F[i, j] for j in order), i))
 
 
 @pytest.mark.parametrize("q", [0.0, 0.3, 0.6, 1.0])
