@@ -178,7 +178,8 @@ def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
     u $/1k samples; the fastest plan sits at (0, 1), the cheapest per sample at (1, 0)), the
     knee minimises t + c: it lies farthest on the good side of the line through the two ends
     (Das 1999; the 2-D case of KnEA, Zhang, Tian, Jin 2015). A plan both fastest and cheapest
-    per sample is the knee. Plans within the resolution of the knee in throughput and $/sample
+    per sample is the knee; of plans scoring the same (a straight front, or just two plans), the
+    cheaper per sample. Plans within the resolution of the knee in throughput and $/sample
     count as the same point: one of them replaces the knee only when the knee needs more memory
     or staleness than it by more than the resolution (then the fastest such plan).
     """
@@ -190,7 +191,8 @@ def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
     t_span, u_span = np.ptp(T[two]), np.ptp(u[two])
     t = (T[two].max() - T[two]) / (t_span if t_span > 0 else 1.0)
     c = (u[two] - u[two].min()) / (u_span if u_span > 0 else 1.0)
-    k = two[_first((np.round(t + c, 12), -T[two], u[two]))]
+    # ties (a straight front, or two plans only: both ends score 1): the cheaper per sample
+    k = two[_first((np.round(t + c, 12), u[two], -T[two]))]
     # within the resolution on either side of the knee in both
     same = np.flatnonzero((T * (1.0 + res[0]) >= T[k]) & (T <= T[k] * (1.0 + res[0]))
                           & (u <= u[k] * (1.0 + res[1])) & (u * (1.0 + res[1]) >= u[k]))

@@ -28,9 +28,10 @@ def test_knee_is_the_bulge_of_throughput_against_dollars_per_sample():
 
 
 def test_knee_moves_with_the_bulge():
-    # a straight front (t + c = 1 at both ends, more in between): the ends tie, the faster wins
+    # t + c = 1 at both ends, more in between: the ends tie, the cheaper per sample wins
     F = per_sample([2.0, 6.0, 7.0, 8.0], [1.0, 1.9, 2.0, 2.1])
-    assert decide.knee(F) == 3
+    assert decide.knee(F) == 0
+    assert decide.knee(F[[3, 0]]) == 1  # two plans only: the same
     F = per_sample([2.0, 3.0, 7.8, 8.0], [1.0, 1.9, 1.1, 3.0])  # plan 2: t = .03, c = .05
     assert decide.knee(F) == 2
 
