@@ -139,3 +139,13 @@ def test_show_all_lists_every_plan_found(mixed8_run, capsys):
     out = capsys.readouterr().out
     assert f"{len(run.all_plans)} Pareto plans" in out
     assert len(run.plans) <= len(run.all_plans)
+
+
+@pytest.mark.parametrize("cmd", ["pick", "plan"])
+def test_bad_resolution_is_an_input_error(mixed8_run, tmp_path, capsys, cmd):
+    argv = ["pick", str(mixed8_run)] if cmd == "pick" else [
+        "plan", "--cluster", "problems/clusters/mixed-8.yaml", "--workload", "problems/workloads/qwen2.5-7b-grpo.yaml",
+        "--out", str(tmp_path / "x")]
+    assert main([*argv, "--resolution", "memory=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--resolution" in err and len(err.strip().splitlines()) == 1
