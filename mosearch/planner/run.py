@@ -30,7 +30,7 @@ from mosearch.planner.search import SearchResult, SearchSettings, run_search
 from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
 
-PACKAGES = ("mosearch", "numpy", "pymoo", "pydantic", "matplotlib", "plotly", "rich", "ray")
+PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "rich", "ray")
 
 
 @dataclass
