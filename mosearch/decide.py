@@ -180,8 +180,8 @@ def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
     (Das 1999; the 2-D case of KnEA, Zhang, Tian, Jin 2015). A plan both fastest and cheapest
     per sample is the knee; of plans scoring the same (a straight front, or just two plans), the
     cheaper per sample. Plans within the resolution of the knee in throughput and $/sample
-    count as the same point: one of them replaces the knee only when the knee needs more memory
-    or staleness than it by more than the resolution (then the fastest such plan).
+    count as the same point. Among them the plans within the resolution of the least memory are
+    kept, then of the least staleness; the knee itself if it is one of them, else the fastest.
     """
     F = np.atleast_2d(np.asarray(F, dtype=float))
     if len(F) == 1:
