@@ -132,7 +132,7 @@ def _highs() -> highspy.Highs:
         h.setOptionValue("output_flag", False)
         try:  # the banner may still sit in C's stdio buffer
             ctypes.CDLL(None).fflush(None)
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # no C library handle (e.g. Windows)
             pass
     finally:
         os.dup2(saved, 1)
