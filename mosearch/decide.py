@@ -6,8 +6,8 @@ throughput (samples/s, higher is better), cost ($/h), peak memory fraction, stal
 (all three lower is better). `minimised(F)` turns it into the all-minimised form.
 
 Resolution. Two plans closer than `RESOLUTION` in an objective count as equal in it:
-throughput and cost relatively (5%), memory and staleness absolutely (0.15, 1 version). It sets the epsilon
-front people read (`epsilon_front`) and the ties of the rules below.
+throughput and cost relatively (5%), memory and staleness absolutely (0.15, one version). It
+sets the epsilon front people read (`epsilon_front`) and the ties of the rules below.
 
 Rules (`choose`), each among the plans within every limit given:
 - `--max-cost B`: the fastest plan. Throughputs within the resolution of the fastest count as
