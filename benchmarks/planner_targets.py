@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from mosearch.planner.hv import HVScale  # noqa: E402
 from problems.atomic import atomic_write_text  # noqa: E402
-from mosearch.results import load_run  # noqa: E402
+from mosearch.results import load_run, objective_matrix  # noqa: E402
 
 CLUSTERS = ROOT / "problems" / "clusters"
 WORKLOAD = ROOT / "problems" / "workloads" / "qwen2.5-7b-grpo.yaml"
@@ -139,7 +139,7 @@ def main() -> int:
             for seed in args.seeds:
                 wall, info = run_plan("mixed-8", Path(tmp) / f"mixed-8-{seed}", seed)
                 scale = scale_of(info)
-                ours = load_run(Path(tmp) / f"mixed-8-{seed}").F * np.array([-1.0, 1.0, 1.0, 1.0])
+                ours = objective_matrix(load_run(Path(tmp) / f"mixed-8-{seed}").all_plans) * np.array([-1.0, 1.0, 1.0, 1.0])
                 hv_ours, hv_exact = scale.hv(ours), scale.hv(ex.front_F)
                 gF, g_evals, g_scale = grid_search(ex.kv_grid, seed, DEFAULT_EVALS, DEFAULT_POP)
                 g_ours, g_exact = g_scale.hv(gF), g_scale.hv(ex.front_F)

@@ -1,9 +1,23 @@
-"""Choosing one plan from a front: knee, user limits, weighted achievement scalarisation.
+"""Choosing one plan from a front, and the front a person reads.
 
 Pure NumPy on an objective matrix. `F` has one row per plan and the four objectives in
 natural units and directions, in the order of `OBJECTIVES`:
 throughput (samples/s, higher is better), cost ($/h), peak memory fraction, staleness
 (all three lower is better). `minimised(F)` turns it into the all-minimised form.
+
+Resolution. Two plans closer than `RESOLUTION` in an objective count as equal in it:
+throughput and cost relatively (5%), memory and staleness absolutely (0.15, one version). It
+sets the epsilon front people read (`epsilon_front`) and the ties of the rules below.
+
+Rules (`choose`), each among the plans within every limit given:
+- `--max-cost B`: the fastest plan. Throughputs within the resolution of the fastest count as
+  equal; among those the cheaper wins, then less memory, then less staleness (each again up to
+  its resolution); of plans equal in all four, the fastest.
+- `--min-throughput T`: the cheapest plan. Costs within the resolution of the cheapest count as
+  equal; among those the faster wins, then less memory, then less staleness (each up to its
+  resolution); of plans equal in all four, the cheapest.
+- `--knee` (the default without limits): the knee of throughput against $ per sample (`knee`).
+- `--weights`: the augmented achievement function (`achievement`).
 """
 
 from __future__ import annotations
@@ -11,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from problems.pareto import epsilon_front as _epsilon_front
+from problems.pareto import non_dominated
 
 # name used on the command line -> column in front.csv
 OBJECTIVES = {
@@ -23,6 +40,17 @@ NAMES = tuple(OBJECTIVES)
 COLUMNS = tuple(OBJECTIVES.values())
 # +1: minimise as is; -1: maximise
 SENSE = np.array([-1.0, 1.0, 1.0, 1.0])
+
+# Resolution per objective: the differences a person decides at. Throughput and cost: 5%
+# relative, half the model's error after calibration (leave-one-out 9.0% on step time, 10.3% on
+# samples/s, results/bench/predictor_accuracy.md), so plans closer than that are not told apart.
+# Memory: 0.15 of a GPU's capacity; a front's spread in peak memory is mostly vLLM's memory
+# setting (searched over 0.30-0.95). Staleness: one policy version. Memory and staleness were set
+# with the 5% so that the default front stays at ~60 plans or fewer on the shipped clusters and
+# three mixed clusters of our own (benchmarks/front_size.py, results/bench/front_size.md); the
+# finer first choice (2%, 2%, 0.05, 0.25) gave 51-159 plans there.
+RESOLUTION = np.array([0.05, 0.05, 0.15, 1.0])
+RELATIVE = np.array([True, True, False, False])  # resolution as a share of the value, else absolute
 
 # Augmentation of the achievement function: a small multiple of the weighted sum breaks ties
 # between weakly Pareto-optimal points (Wierzbicki's augmented ASF; Miettinen 1999, sec. 3.5).
@@ -49,35 +77,126 @@ def normalise(M: np.ndarray, ideal: np.ndarray | None = None, nadir: np.ndarray 
     return out
 
 
-def knee(F: np.ndarray) -> int:
-    """Index of the knee: the plan farthest on the ideal side of the hyperplane through the
-    per-objective best plans, in normalised objectives (Das 1999; Zhang, Tian, Jin, KnEA 2015).
+def parse_resolution(text: str) -> np.ndarray:
+    """'throughput=0.01,memory=0.1' -> resolution in OBJECTIVES order; unnamed ones keep their default."""
+    res = RESOLUTION.copy()
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in OBJECTIVES:
+            raise ValueError(f"{item!r}: expected NAME=NUMBER with NAME one of {', '.join(NAMES)}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"{item!r}: {value.strip()!r} is not a number") from None
+        if not np.isfinite(v) or v < 0:
+            raise ValueError(f"{item!r}: a resolution must be a finite number >= 0")
+        res[NAMES.index(name)] = v
+    return res
 
-    When the extreme plans do not span a hyperplane with positive normal (a degenerate front,
-    e.g. two objectives sharing their best plan), the plane sum(f) = 1 through the unit points
-    is used instead.
+
+def describe_resolution(res: np.ndarray) -> str:
+    return ", ".join(f"{n} {r:.0%}" if rel else f"{n} {r:g}" for n, r, rel in zip(NAMES, res, RELATIVE))
+
+
+def _resolution_space(F: np.ndarray, res: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Minimised objectives in which the resolution is one additive epsilon per column:
+    relative columns on a log scale (a 2% step is log(1.02) anywhere on it)."""
+    M = minimised(F)
+    rel = RELATIVE
+    M[:, rel] = np.log(np.maximum(np.abs(M[:, rel]), 1e-12)) * np.sign(SENSE[rel])
+    eps = np.where(rel, np.log1p(res), res)
+    return M, eps
+
+
+def epsilon_front(F: np.ndarray, res: np.ndarray = RESOLUTION) -> np.ndarray:
+    """Indices of the front people read: every plan of F is matched, within the resolution in
+    every objective, by one of them (`problems.pareto.epsilon_front`). Where plans are equally
+    useful the earlier row is kept, so order F by preference (fastest first)."""
+    F = np.atleast_2d(np.asarray(F, dtype=float))
+    if len(F) == 0:
+        return np.zeros(0, dtype=np.int64)
+    M, eps = _resolution_space(F, np.asarray(res, dtype=float))
+    return _epsilon_front(M, eps)
+
+
+def usd_per_1k(F: np.ndarray) -> np.ndarray:
+    """$ per 1,000 trained samples from $/h and samples/s."""
+    F = np.atleast_2d(np.asarray(F, dtype=float))
+    return F[:, 1] / np.maximum(F[:, 0], 1e-12) / 3.6
+
+
+def _first(keys: tuple[np.ndarray, ...]) -> int:
+    """Index of the lexicographic minimum, first key first."""
+    return int(np.lexsort(keys[::-1])[0])
+
+
+def _near_best(F: np.ndarray, cand: np.ndarray, j: int, res: np.ndarray) -> np.ndarray:
+    """The rows of `cand` within the resolution of the best of them in objective j."""
+    v = F[cand, j]
+    if j == 0:
+        return cand[v * (1.0 + res[0]) >= v.max()]
+    if j == 1:
+        return cand[v <= v.min() * (1.0 + res[1])]
+    return cand[v <= v.min() + res[j]]
+
+
+def _cascade(F: np.ndarray, cand: np.ndarray, order: tuple[int, ...], res: np.ndarray,
+             final: tuple[np.ndarray, ...] | None = None) -> int:
+    """Keep the plans within the resolution of the best in each objective of `order` in turn,
+    then take the lexicographic best of the survivors: in the first objective of `order` and the
+    others after it (exactly), or by `final` (key columns over all rows of F)."""
+    cand = np.asarray(cand)
+    for j in order:
+        cand = _near_best(F, cand, j, res)
+    if final is None:
+        M = minimised(F)
+        final = tuple(M[:, j] for j in order)
+    return int(cand[_first(tuple(k[cand] for k in final))])
+
+
+def fastest(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
+    """The fastest plan, where throughputs within the resolution count as equal: among those,
+    the cheaper (within the resolution), then less memory, then less staleness; of the plans
+    still equal, the fastest."""
+    F = np.atleast_2d(np.asarray(F, dtype=float))
+    return _cascade(F, np.arange(len(F)), (0, 1, 2, 3), res)
+
+
+def cheapest(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
+    """The cheapest plan, where costs within the resolution count as equal: among those, the
+    faster, then less memory, then less staleness; of the plans still equal, the cheapest."""
+    F = np.atleast_2d(np.asarray(F, dtype=float))
+    return _cascade(F, np.arange(len(F)), (1, 0, 2, 3), res)
+
+
+def knee(F: np.ndarray, res: np.ndarray = RESOLUTION) -> int:
+    """The knee of throughput against $ per sample.
+
+    On the plans no other plan beats in both (higher samples/s and lower $/1k samples), with
+    t = (T_max - T) / (T_max - T_min) and c = (u - u_min) / (u_max - u_min) (T throughput,
+    u $/1k samples; the fastest plan sits at (0, 1), the cheapest per sample at (1, 0)), the
+    knee minimises t + c: it lies farthest on the good side of the line through the two ends
+    (Das 1999; the 2-D case of KnEA, Zhang, Tian, Jin 2015). A plan both fastest and cheapest
+    per sample is the knee; of plans scoring the same (a straight front, or just two plans), the
+    cheaper per sample. Plans within the resolution of the knee in throughput and $/sample
+    count as the same point. Among them the plans within the resolution of the least memory are
+    kept, then of the least staleness; the knee itself if it is one of them, else the fastest.
     """
     F = np.atleast_2d(np.asarray(F, dtype=float))
     if len(F) == 1:
         return 0
-    N = normalise(minimised(F))
-    live = N.max(axis=0) > 0  # objectives that differ between plans
-    if not live.any():
-        return 0
-    Z = N[:, live]
-    extremes = Z[np.argmin(Z, axis=0)]  # one plan per objective: best in it
-    w = None
-    try:
-        if np.linalg.matrix_rank(extremes) == Z.shape[1]:
-            w = np.linalg.solve(extremes, np.ones(Z.shape[1]))
-    except np.linalg.LinAlgError:
-        w = None
-    if w is None or not np.all(np.isfinite(w)) or np.any(w <= 0):
-        w = np.ones(Z.shape[1])
-    # signed distance below the plane w.z = 1 (positive: bulging toward the ideal point)
-    dist = (1.0 - Z @ w) / np.linalg.norm(w)
-    # ties (e.g. a straight front): the plan nearest the ideal point
-    return int(np.lexsort((np.linalg.norm(Z, axis=1), -np.round(dist, 12)))[0])
+    T, u = F[:, 0], usd_per_1k(F)
+    two = np.flatnonzero(non_dominated(np.column_stack([-T, u]), keep_duplicates=True))
+    t_span, u_span = np.ptp(T[two]), np.ptp(u[two])
+    t = (T[two].max() - T[two]) / (t_span if t_span > 0 else 1.0)
+    c = (u[two] - u[two].min()) / (u_span if u_span > 0 else 1.0)
+    # ties (a straight front, or two plans only: both ends score 1): the cheaper per sample
+    k = two[_first((np.round(t + c, 12), u[two], -T[two]))]
+    # within the resolution on either side of the knee in both
+    same = np.flatnonzero((T * (1.0 + res[0]) >= T[k]) & (T <= T[k] * (1.0 + res[0]))
+                          & (u <= u[k] * (1.0 + res[1])) & (u * (1.0 + res[1]) >= u[k]))
+    return _cascade(F, same, (2, 3), res, final=(np.arange(len(F)) != k, -T, u))
 
 
 @dataclass(frozen=True)
@@ -172,21 +291,76 @@ def by_weights(F: np.ndarray, weights: np.ndarray) -> int:
     return int(np.argmin(achievement(F, weights)))
 
 
+RULES = ("knee", "fastest", "cheapest", "weights")
+
+
 @dataclass
 class Choice:
     index: int | None  # None: nothing meets the limits
-    rule: str
+    rule: str  # one of RULES
     candidates: np.ndarray  # indices that met the limits
     closest: np.ndarray  # when index is None: the nearest misses
 
 
-def choose(F: np.ndarray, limits: Limits = Limits(), weights: np.ndarray | None = None) -> Choice:
-    """Apply the limits, then the knee (default) or the weights among the plans left."""
+def rule_for(limits: Limits, weights: np.ndarray | None = None, knee_flag: bool = False) -> str:
+    """Which question the limits ask: a budget asks for speed, a throughput floor for thrift."""
+    if weights is not None:
+        return "weights"
+    if knee_flag:
+        return "knee"
+    if limits.max_cost is not None:
+        return "fastest"
+    if limits.min_throughput is not None:
+        return "cheapest"
+    return "knee"
+
+
+def choose(F: np.ndarray, limits: Limits = Limits(), weights: np.ndarray | None = None, rule: str | None = None,
+           res: np.ndarray = RESOLUTION) -> Choice:
+    """Apply the limits, then the rule (default: `rule_for(limits, weights)`) among the plans left."""
     F = np.atleast_2d(np.asarray(F, dtype=float))
+    rule = rule or rule_for(limits, weights)
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}")
     ok = np.flatnonzero(within(F, limits))
-    rule = "weights" if weights is not None else "knee"
     if len(ok) == 0:
         return Choice(None, rule, ok, closest(F, limits))
     sub = F[ok]
-    i = by_weights(sub, weights) if weights is not None else knee(sub)
+    if rule == "weights":
+        if weights is None:
+            raise ValueError("the weights rule needs weights")
+        i = by_weights(sub, weights)
+    else:
+        i = {"knee": knee, "fastest": fastest, "cheapest": cheapest}[rule](sub, res)
     return Choice(int(ok[i]), rule, ok, np.array([], dtype=int))
+
+
+def neighbours(F: np.ndarray, f: np.ndarray, res: np.ndarray = RESOLUTION) -> tuple[int | None, int | None]:
+    """On a front F, the plans next to the objectives f: (a little faster, a little cheaper).
+
+    Faster: the cheapest plan faster than f by more than the resolution (ties: faster).
+    Cheaper: the fastest plan cheaper than f by more than the resolution (ties: cheaper)."""
+    F = np.atleast_2d(np.asarray(F, dtype=float))
+    up = np.flatnonzero(F[:, 0] > f[0] * (1.0 + res[0]))
+    down = np.flatnonzero(F[:, 1] * (1.0 + res[1]) < f[1])
+    faster = int(up[_first((F[up, 1], -F[up, 0], F[up, 2], F[up, 3]))]) if len(up) else None
+    cheaper = int(down[_first((-F[down, 0], F[down, 1], F[down, 2], F[down, 3]))]) if len(down) else None
+    return faster, cheaper
+
+
+def why(F: np.ndarray, choice: Choice, limits: Limits, res: np.ndarray = RESOLUTION) -> str:
+    """One line: why this plan."""
+    f = F[choice.index]
+    within_ = f" within {limits.describe()}" if limits.any() else ""
+    n = f"{len(choice.candidates)} plan(s)"
+    if choice.rule == "fastest":
+        return (f"fastest of {n}{within_} ({f[0]:.3g} samples/s at {f[1]:.4g} $/h; throughputs within "
+                f"{res[0]:.0%} of the fastest count as equal, then cheaper, less memory, less staleness)")
+    if choice.rule == "cheapest":
+        return (f"cheapest of {n}{within_} ({f[1]:.4g} $/h for {f[0]:.3g} samples/s; costs within {res[1]:.0%} "
+                f"of the cheapest count as equal, then faster, less memory, less staleness)")
+    if choice.rule == "knee":
+        return (f"knee of throughput against $ per sample among {n}{within_} ({f[0]:.3g} samples/s at "
+                f"{usd_per_1k(f[None])[0]:.3g} $/1k samples, the plan farthest on the good side of the line from the "
+                f"fastest plan to the cheapest per sample)")
+    return f"best achievement of the given weights among {n}{within_}"

@@ -1,5 +1,9 @@
 """A run directory: writing and reading front.csv, front.json, plans/, history.csv, run.yaml.
 
+front.csv/front.json hold the epsilon front people read (`decide.epsilon_front`);
+front_all.csv/front_all.json every non-dominated plan the search found; plans/ one file per
+plan of the latter, so any plan id of either file can be trained.
+
 Every file is written atomically (`problems.atomic`: a temporary file in the same directory,
 fsynced, then renamed over the target), so a reader or an interrupted run never sees half a file.
 The files of one result must also agree with each other (front.csv, front.json and plans/
@@ -138,9 +142,13 @@ def plan_yaml(plan: Plan) -> str:
     return "\n".join(_block(plan.model_dump(mode="json"), "")) + "\n"
 
 
-def write_front(out: Path, plans: list[Plan]) -> None:
-    atomic_write_text(out / "front.csv", front_table(plans))
-    atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(plans)}, indent=1) + "\n")
+def write_front(out: Path, plans: list[Plan], front=None) -> None:
+    """`plans`: every plan found; `front`: the rows of it people read (default: all)."""
+    shown = plans if front is None else [plans[int(i)] for i in front]
+    atomic_write_text(out / "front.csv", front_table(shown))
+    atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(shown)}, indent=1) + "\n")
+    atomic_write_text(out / "front_all.csv", front_table(plans))
+    atomic_write_text(out / "front_all.json", json.dumps({"plans": _json_plans(plans)}, indent=1) + "\n")
     plan_dir = out / "plans"
     plan_dir.mkdir(parents=True, exist_ok=True)
     keep = {f"{p.plan_id}.yaml" for p in plans}
@@ -285,9 +293,17 @@ def staged(out: Path):
 @dataclass
 class Run:
     path: Path
-    plans: list[Plan]
+    plans: list[Plan]  # the epsilon front (front.json)
     info: dict = field(default_factory=dict)
     baselines: dict[str, Plan] = field(default_factory=dict)
+    all_plans: list[Plan] = field(default_factory=list)  # every plan found (front_all.json)
+
+    @property
+    def resolution(self) -> np.ndarray:
+        from mosearch.decide import NAMES, RESOLUTION
+
+        saved = self.info.get("resolution") or {}
+        return np.array([float(saved.get(n, r)) for n, r in zip(NAMES, RESOLUTION)])
 
     @property
     def F(self) -> np.ndarray:
@@ -325,4 +341,7 @@ def load_run(path: str | Path) -> Run:
     baselines = {}
     if (path / "baselines.json").is_file():
         baselines = {d.get("baseline", p.plan_id): p for d, p in _read_plans(path / "baselines.json", "the baselines")}
-    return Run(path, plans, info, baselines)
+    all_plans = plans
+    if (path / "front_all.json").is_file():
+        all_plans = [p for _, p in _read_plans(path / "front_all.json", "the full front")]
+    return Run(path, plans, info, baselines, all_plans)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 from pymoo.util.archive import Archive
-from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+from problems.pareto import non_dominated
 
 
 class NonDominatedArchive(Archive):
@@ -27,9 +28,6 @@ class NonDominatedArchive(Archive):
         feas = (cv <= 0).ravel() if cv is not None and cv.size else np.ones(len(sols), dtype=bool)
         if np.any(feas):
             sols = sols[feas]
-            F = sols.get("F")
-            idx = NonDominatedSorting().do(F, only_non_dominated_front=True)
-            _, first = np.unique(F[idx], axis=0, return_index=True)
-            return sols[idx[np.sort(first)]]
+            return sols[non_dominated(sols.get("F"), keep_duplicates=False)]
         cv = cv.ravel()
         return sols[np.flatnonzero(cv == cv.min())[:1]]

@@ -31,10 +31,10 @@ from typing import Callable
 import numpy as np
 from pymoo.core.population import Population
 from pymoo.optimize import minimize
-from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.ref_dirs import get_reference_directions
 
 from mosearch.algorithms.maoea_cs import PLANNER_SWITCH_SHARE, MaOEACS
+from problems.pareto import non_dominated
 
 Runner = Callable[[object, int, int], np.ndarray]
 
@@ -62,7 +62,7 @@ def _nd_feasible(F: np.ndarray, CV: np.ndarray | None) -> np.ndarray:
         F = F[ok]
         if len(F) == 0:
             return F
-    return F[NonDominatedSorting().do(F, only_non_dominated_front=True)]
+    return F[non_dominated(F, keep_duplicates=True)]
 
 
 def _final(res) -> np.ndarray:

@@ -23,14 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from pymoo.core.survival import Survival
-from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from mosearch.algorithms.angle_selection import max_min_angle_select
 from mosearch.algorithms.corners import corner_indices
+from problems.pareto import non_dominated
 
 ROUND_DECIMALS = 4  # the code's roundn(objs, -4) before sorting
-
-_nds = NonDominatedSorting()
 
 
 @dataclass
@@ -45,9 +43,7 @@ class Selection:
 
 def first_front(F: np.ndarray) -> np.ndarray:
     """Boolean mask of the non-dominated rows of F after rounding to 1e-4."""
-    mask = np.zeros(len(F), dtype=bool)
-    mask[_nds.do(np.round(F, ROUND_DECIMALS), only_non_dominated_front=True)] = True
-    return mask
+    return non_dominated(np.round(F, ROUND_DECIMALS), keep_duplicates=True)
 
 
 def dsa_select(F: np.ndarray, n: int) -> Selection:

@@ -469,7 +469,7 @@ def _slug(sid: str) -> str:
 
 def _union_hv(d: dict) -> float:
     """HV of the non-dominated union of the exact front and every run's final front."""
-    from mosearch.planner.archive import non_dominated_mask
+    from problems.pareto import non_dominated as non_dominated_mask
 
     parts = [np.array(d["exact"]["front"], dtype=float).reshape(-1, 4)]
     parts += [np.array(r["front"], dtype=float).reshape(-1, 4) for rs in d["runs"].values() for r in rs]

@@ -9,52 +9,81 @@ from pathlib import Path
 from mosearch import decide
 from mosearch.decide import Limits
 from mosearch.report.terminal import console, front_table, plan_tables
-from mosearch.results import load_run
+from mosearch.results import load_run, objective_matrix
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pick", help="choose a plan from a front (knee, limits, weights) and write plan.yaml")
+    p = sub.add_parser("pick", help="choose a plan (fastest within a budget, cheapest reaching a throughput, knee, "
+                                    "weights) and write plan.yaml",
+                       description="A budget (--max-cost) picks the fastest plan within it; a throughput floor "
+                                   "(--min-throughput) the cheapest plan reaching it; with neither, the knee of "
+                                   "throughput against $ per sample. --max-staleness and --max-mem-frac filter. "
+                                   "Every plan the search found is considered, not only the front shown.")
     p.add_argument("run_dir", metavar="RUN", help="run directory written by `mosearch plan`")
     rule = p.add_mutually_exclusive_group()
-    rule.add_argument("--knee", action="store_true", help="the knee of the front (the default rule)")
+    rule.add_argument("--knee", action="store_true",
+                      help="the knee of throughput against $ per sample, within the limits (default without "
+                           "--max-cost/--min-throughput)")
     rule.add_argument("--weights", metavar="throughput=..,cost=..,memory=..,staleness=..",
                       help="importance weights; the plan minimising the achievement function on normalised objectives")
-    p.add_argument("--max-cost", type=float, help="$/h")
-    p.add_argument("--min-throughput", type=float, help="samples/s")
-    p.add_argument("--max-staleness", type=float, help="mean policy-version lag")
-    p.add_argument("--max-mem-frac", type=float, help="peak memory fraction")
+    p.add_argument("--max-cost", type=float, help="budget, $/h: the fastest plan within it")
+    p.add_argument("--min-throughput", type=float, help="samples/s: the cheapest plan reaching it")
+    p.add_argument("--max-staleness", type=float, help="mean policy-version lag (a filter)")
+    p.add_argument("--max-mem-frac", type=float, help="peak memory fraction (a filter)")
+    p.add_argument("--resolution", metavar="throughput=..,cost=..,memory=..,staleness=..",
+                   help="differences counted as ties (default: the run's, else throughput and cost 5%%, "
+                        "memory 0.15, staleness 1)")
     p.add_argument("--out", help="plan file to write (default RUN/plan.yaml)")
     p.set_defaults(func=run)
 
 
+def _parse(flag: str, fn, text: str):
+    try:
+        return fn(text)
+    except ValueError as err:
+        raise InputError(None, flag, str(err)) from None
+
+
+def _step(plan, chosen, what: str) -> str:
+    """'p012 (+8% samples/s for +12% $/h)' style, against the chosen plan."""
+    a, b = plan.predicted, chosen.predicted
+    dt = a["throughput_samples_s"] / b["throughput_samples_s"] - 1.0
+    dc = a["cost_usd_h"] / b["cost_usd_h"] - 1.0 if b["cost_usd_h"] > 0 else float("nan")
+    return (f"{what} {plan.plan_id}: {a['throughput_samples_s']:.3g} samples/s at {a['cost_usd_h']:.4g} $/h "
+            f"({dt:+.0%} samples/s, {dc:+.0%} $/h)")
+
+
 def run(args) -> int:
     run_ = load_run(args.run_dir)
-    if not run_.plans:
+    plans = run_.all_plans
+    if not plans:
         raise InputError(str(Path(args.run_dir) / "front.json"), "plans", "the front is empty", "a run that found plans")
-    weights = None
-    if args.weights:
-        try:
-            weights = decide.parse_weights(args.weights)
-        except ValueError as err:
-            raise InputError(None, "--weights", str(err)) from None
+    weights = _parse("--weights", decide.parse_weights, args.weights) if args.weights else None
+    res = _parse("--resolution", decide.parse_resolution, args.resolution) if args.resolution else run_.resolution
     limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
-    F = run_.F
-    choice = decide.choose(F, limits, weights)
+    F = objective_matrix(plans)
+    choice = decide.choose(F, limits, weights, decide.rule_for(limits, weights, args.knee), res)
     con = console()
     if run_.partial:
         con.print("[yellow]note: this front comes from an interrupted search (partial)[/]")
     if choice.index is None:
-        near = [run_.plans[i] for i in choice.closest]
-        con.print(f"[red]No plan of the {len(run_.plans)} on the front meets {limits.describe()}.[/] "
-                      f"The closest:")
+        near = [plans[i] for i in choice.closest]
+        con.print(f"[red]No plan of the {len(plans)} found meets {limits.describe()}.[/] The closest:")
         con.print(front_table(near, {}, "closest plans (least total relative miss)", None))
         return 1
-    plan = run_.plans[choice.index]
-    how = "knee of the front" if choice.rule == "knee" else f"weights {args.weights}"
-    within = f" among {len(choice.candidates)} plans within {limits.describe()}" if limits.any() else ""
-    con.print(f"[bold]Chose {plan.plan_id}[/] by {how}{within}.")
+    plan = plans[choice.index]
+    con.print(f"[bold]Chose {plan.plan_id}[/]: {decide.why(F, choice, limits, res)}.")
+    # neighbours over the budget or below the floor are worth seeing; over a memory or staleness limit not
+    front = [p for p, ok in zip(run_.plans, decide.within(run_.F, Limits(max_staleness=args.max_staleness,
+                                                                         max_mem_frac=args.max_mem_frac))) if ok]
+    faster, cheaper = decide.neighbours(objective_matrix(front), F[choice.index], res)
+    near = [_step(front[i], plan, "a little faster") for i in (faster,) if i is not None]
+    near += [_step(front[i], plan, "a little cheaper") for i in (cheaper,) if i is not None]
+    on = "" if any(p.plan_id == plan.plan_id for p in run_.plans) else (
+        f" (of the {len(run_.plans)} in front.csv; {plan.plan_id} itself is in front_all.csv)")
+    con.print(f"Next to it on the front{on}: " + ("; ".join(near) if near else "nothing faster or cheaper") + ".")
     for t in plan_tables(plan, run_.plans):
         con.print(t)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plan.yaml"

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 
+from mosearch import decide
 from mosearch.decide import Limits
 from mosearch.planner import algorithms
 from mosearch.planner.checkpoint import DEFAULT_EVERY
@@ -43,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-throughput", type=float, help="samples/s")
     p.add_argument("--max-staleness", type=float, help="mean policy-version lag")
     p.add_argument("--max-mem-frac", type=float, help="peak memory as a fraction of each GPU's")
+    p.add_argument("--resolution", metavar="throughput=0.05,cost=0.05,memory=0.15,staleness=1",
+                   help="plans closer than this count as one on the front shown (throughput and cost relative, "
+                        "memory and staleness absolute; unnamed objectives keep these defaults)")
     p.add_argument("--jobs", type=int, default=1, help="evaluate populations across this many Ray tasks (default 1: in process)")
     p.add_argument("--no-report", action="store_true", help="skip the plots and report.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -50,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 RESUME_FIXED = ("cluster", "workload", "out", "evals", "seed", "max_cost", "min_throughput", "max_staleness",
-                "max_mem_frac")
+                "max_mem_frac", "resolution")
 
 
 def _check_resume(args) -> None:
@@ -81,8 +85,16 @@ def _check(args) -> None:
         if v is not None and v < 0:
             raise InputError(None, flag, f"got {v}", "a number >= 0")
     algorithms.check_name(args.algorithm)
+    _resolution(args)
     if args.checkpoint_every < 1:
         raise InputError(None, "--checkpoint-every", f"got {args.checkpoint_every}", "1 or more generations")
+
+
+def _resolution(args):
+    try:
+        return decide.RESOLUTION if args.resolution is None else decide.parse_resolution(args.resolution)
+    except ValueError as err:
+        raise InputError(None, "--resolution", str(err)) from None
 
 
 def run(args) -> int:
@@ -101,18 +113,19 @@ def run(args) -> int:
                                   pop_size=args.pop_size, jobs=args.jobs, progress=not args.quiet)
         limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
         outcome = plan_run(args.cluster, args.workload, args.out, settings, limits, report=not args.no_report,
-                           checkpoint_every=args.checkpoint_every)
+                           checkpoint_every=args.checkpoint_every, resolution=_resolution(args))
     res = outcome.result
     out = console()
     knee_id = outcome.plans[outcome.knee].plan_id if outcome.knee is not None else None
-    top = outcome.plans[:10]
+    shown = [outcome.plans[i] for i in outcome.front]
+    top = shown[:10]
     if knee_id and all(p.plan_id != knee_id for p in top):
         top.append(outcome.plans[outcome.knee])
     out.print(front_table(top, outcome.baselines,
-                              f"{len(outcome.plans)} Pareto plans (fastest 10 shown; all: mosearch show {args.out})",
-                              knee_id))
+                          f"{len(shown)} distinct plans of {len(outcome.plans)} Pareto plans found (fastest 10 shown; "
+                          f"the rest: mosearch show {args.out})", knee_id))
     state = "PARTIAL (interrupted): " if res.partial else ""
-    out.print(f"{state}{res.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
+    out.print(f"{state}{outcome.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
                   f"{res.history[-1]['hv']:.4f}; knee {knee_id}. Written to {args.out}/ "
                   f"(front.csv, plans/, report.html). Next: mosearch pick {args.out}")
     if res.partial:

@@ -18,6 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="show at most N plans")
     p.add_argument("--with", dest="with_plan", metavar="PLAN",
                    help="a scored plan (e.g. from `mosearch import --out`) to set against the front")
+    p.add_argument("--all", action="store_true", help="every Pareto plan found (front_all.csv), not only the front")
     p.set_defaults(func=run)
 
 
@@ -25,12 +26,14 @@ def run(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise InputError(None, "--limit", f"got {args.limit}", "a positive number of rows")
     run_ = load_run(args.run_dir)
-    plans = sort_plans(run_.plans, args.sort)
+    plans = sort_plans(run_.all_plans if args.all else run_.plans, args.sort)
     shown = plans[: args.limit] if args.limit else plans
     knee_id = run_.info.get("knee")
     info = run_.info
     src = f"{info.get('algorithm', '?')}, {info.get('evaluations', '?')} evaluations" if info else "no run.yaml"
-    title = (f"{len(run_.plans)} Pareto plans, sorted by {args.sort} ({src})"
+    what = (f"{len(plans)} Pareto plans" if args.all else
+            f"{len(plans)} distinct plans of {len(run_.all_plans)} Pareto plans found (--all: every one)")
+    title = (f"{what}, sorted by {args.sort} ({src})"
              + (f"; first {len(shown)} shown" if len(shown) < len(plans) else "")
              + (" - PARTIAL: search interrupted" if run_.partial else ""))
     console().print(front_table(shown, run_.baselines, title, knee_id))

@@ -30,17 +30,19 @@ from mosearch.planner.search import SearchResult, SearchSettings, run_search
 from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
 
-PACKAGES = ("mosearch", "numpy", "pymoo", "pydantic", "matplotlib", "plotly", "rich", "ray")
+PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "rich", "ray")
 
 
 @dataclass
 class PlanOutcome:
     out: Path
-    plans: list[Plan]
+    plans: list[Plan]  # every non-dominated plan found (front_all.csv)
     baselines: dict[str, Plan]
-    knee: int | None
+    knee: int | None  # into plans
     result: SearchResult
     files: list[Path]
+    front: np.ndarray | None = None  # rows of plans on the epsilon front people read (front.csv)
+    evaluations: int = 0  # seeding + search: the one count every output reports
 
 
 def _versions() -> dict[str, str]:
@@ -166,13 +168,15 @@ def resume_run(out: str | Path, progress: bool = True, time_s: float | None = No
     if time_s is not None:
         settings.time_s = time_s
     state = ckpt.read_state(out / "checkpoint", run_id)
+    res = run.get("resolution")
     return plan_run(run["cluster"]["path"], run["workload"]["path"], out, settings, limits, on_generation, report,
-                    checkpoint_every, resume=(run_id, state))
+                    checkpoint_every, resume=(run_id, state),
+                    resolution=decide.RESOLUTION if res is None else np.asarray(res, dtype=float))
 
 
 def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSettings, limits: Limits = Limits(),
              on_generation=None, report: bool = True, checkpoint_every: int = ckpt.DEFAULT_EVERY,
-             resume: tuple[str, tuple | None] | None = None) -> PlanOutcome:
+             resume: tuple[str, tuple | None] | None = None, resolution: np.ndarray = decide.RESOLUTION) -> PlanOutcome:
     out = Path(out)
     problem = build_problem(cluster, workload, limits)
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -185,6 +189,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         ckpt.start(ck_dir, {"run_id": run_id, **_inputs(cluster, workload, problem), "settings": saved,
                             "limits": {"max_cost": limits.max_cost, "min_throughput": limits.min_throughput,
                                        "max_staleness": limits.max_staleness, "max_mem_frac": limits.max_mem_frac},
+                            "resolution": [float(r) for r in resolution],
                             "started_utc": started.isoformat(timespec="seconds")})
     else:
         run_id, state = resume
@@ -199,15 +204,19 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     plans = decode_front(problem, result.X, result.F)
     baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
     F = results.objective_matrix(plans)
-    knee = decide.knee(F) if len(plans) else None
+    knee = decide.knee(F, resolution) if len(plans) else None
+    # the front people read: the epsilon front at the resolution, with the knee on it
+    front = np.union1d(decide.epsilon_front(F, resolution), [] if knee is None else [knee]).astype(int)
     t_write = time.perf_counter()
     with results.staged(out) as stage:
         files = _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
-                              cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None)
+                              cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None,
+                              front=front, resolution=resolution)
         # an evaluation budget used up ends the run; a time limit or an interrupt leaves it resumable
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
-    return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files])
+    return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
+                       result.evaluations + corners.evaluations)
 
 
 def _mark_complete(out: Path, stage: Path) -> None:
@@ -220,8 +229,8 @@ def _mark_complete(out: Path, stage: Path) -> None:
 
 
 def _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
-                  cluster, workload, started, report, t_write, n_seeds, resumed) -> list[Path]:
-    results.write_front(stage, plans)
+                  cluster, workload, started, report, t_write, n_seeds, resumed, front, resolution) -> list[Path]:
+    results.write_front(stage, plans, front)
     if baselines:
         results.write_baselines(stage, baselines)
     results.write_history(stage, result.history)
@@ -244,7 +253,9 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "seeding_evaluations": corners.evaluations,
         "generations": result.generations,
         "search_wall_s": round(result.wall_s, 3),
-        "front_size": len(plans),
+        "front_size": len(front),
+        "archive_size": len(plans),
+        "resolution": dict(zip(decide.NAMES, (float(r) for r in resolution))),
         "knee": plans[knee].plan_id if knee is not None else None,
         "hypervolume": result.history[-1]["hv"] if result.history else None,
         "hv_normalisation": scale.as_dict(),
@@ -258,11 +269,14 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
     files = []
     if report:
         title = f"{problem.cluster.name} x {problem.workload.name}"
-        sub = (f"{len(plans)} Pareto plans from {result.evaluations} evaluations ({settings.algorithm}, seed "
-               f"{settings.seed}){' - PARTIAL: search interrupted' if result.partial else ''}")
+        sub = (f"{len(front)} distinct plans (of {len(plans)} Pareto plans found; resolution "
+               f"{decide.describe_resolution(resolution)}) from {info['evaluations']} evaluations "
+               f"({settings.algorithm}, seed {settings.seed}){' - PARTIAL: search interrupted' if result.partial else ''}")
         from mosearch.report import write_report_files
 
-        files = write_report_files(stage, plans, baselines, knee, result.history, title, sub)
+        shown = [plans[i] for i in front]
+        files = write_report_files(stage, shown, baselines, None if knee is None else int(np.searchsorted(front, knee)),
+                                   result.history, title, sub)
     info["write_wall_s"] = round(time.perf_counter() - t_write, 3)
     results.write_run_info(stage, info)
     return files

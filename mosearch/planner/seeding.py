@@ -23,7 +23,7 @@ import itertools
 
 import numpy as np
 
-from mosearch.planner.archive import non_dominated_mask
+from problems.pareto import non_dominated as non_dominated_mask
 from problems.placement.plan import Plan
 
 GRID_MAX = 3000  # candidates scored (sampled from the grid when it is larger)

@@ -34,10 +34,45 @@ def console() -> Console:
     return c
 
 
+# The model's predictions a person reads, in plain words (others, e.g. kv_shortfall, are internal).
+STEP_LABELS = {
+    "step_s": "one RL step (s)",
+    "rollout_s": "generating the step's samples (s)",
+    "rollout_bulk_s": "  until most samples are done (s)",
+    "rollout_tail_s": "  until the longest sample is done (s)",
+    "train_s": "training on them (s)",
+    "train_compute_s": "  forward and backward passes (s)",
+    "dp_sync_s": "  gradient exchange between data-parallel ranks (s)",
+    "optimizer_s": "  optimizer update (s)",
+    "sync_s": "sending new weights to the rollout engines (s)",
+    "switch_s": "swapping rollout and training on shared GPUs (s)",
+    "decode_tokens_s": "generation speed, all engines (tokens/s)",
+    "peak_mem_gb_train": "peak memory of a training GPU (GB)",
+    "peak_mem_gb_rollout": "peak memory of a rollout GPU (GB)",
+    "model_states_gb": "weights, gradients, optimizer state per training GPU (GB)",
+    "cross_region_gb_step": "traffic between regions per step (GB)",
+    "gpu_usd_h": "GPU rent ($/h)",
+    "egress_usd_h": "traffic between regions ($/h)",
+}
+
+
+# parts a plan may not have (no shared GPUs, one region): left out when 0
+OPTIONAL_PARTS = ("switch_s", "egress_usd_h", "cross_region_gb_step")
+
+
 def step_parts(predicted: dict[str, float]) -> dict[str, float]:
-    """The step breakdown in seconds and the memory figures in GB (not flags and counts)."""
-    return {k: v for k, v in predicted.items()
-            if k not in METRIC_COLUMNS and (k.endswith("_s") or k.endswith("_gb"))}
+    """The predictions of STEP_LABELS a plan has, in that order."""
+    return {k: predicted[k] for k in STEP_LABELS
+            if k in predicted and not (k in OPTIONAL_PARTS and predicted[k] == 0)}
+
+
+def gpu_summary(plan: Plan) -> str:
+    """'10 MI300X + 4 L4' style: the GPUs a plan uses, by type (largest share first)."""
+    by: dict[str, int] = {}
+    for p in plan.pools:
+        if p.used_gpus:
+            by[p.gpu] = by.get(p.gpu, 0) + p.used_gpus
+    return " + ".join(f"{n} {g}" for g, n in sorted(by.items(), key=lambda kv: -kv[1])) or "none"
 
 
 def _value(plan: Plan, key: str) -> float:
@@ -63,7 +98,8 @@ def roles_summary(plan: Plan) -> str:
             roles.append(f"{p.rollout_gpus} rollout")
         if p.train_gpus:
             roles.append(f"{p.train_gpus} train")
-        parts.append(f"{p.pool}: {', '.join(roles)} (rollout TP {p.rollout_tp})")
+        tp = f" (rollout TP {p.rollout_tp})" if p.rollout_gpus or p.shared_gpus else ""
+        parts.append(f"{p.pool}: {', '.join(roles)}{tp}")
     return "; ".join(parts)
 
 
@@ -91,17 +127,17 @@ def front_table(plans: list[Plan], baselines: dict[str, Plan], title: str, knee_
     t.add_column("plan")
     for key, (head, _, _) in METRIC_COLUMNS.items():
         t.add_column(head, justify="right")
-    t.add_column("GPUs", justify="right")
+    t.add_column("GPUs used")
     t.add_column("mode")
     t.add_column("training layout")
     for p in plans:
         name = p.plan_id + (" (knee)" if p.plan_id == knee_id else "")
-        t.add_row(name, *[_fmt(p, k) for k in METRIC_COLUMNS], str(p.used_gpus), mode_summary(p), layout_summary(p),
+        t.add_row(name, *[_fmt(p, k) for k in METRIC_COLUMNS], gpu_summary(p), mode_summary(p), layout_summary(p),
                   style="bold" if p.plan_id == knee_id else None)
     if baselines:
         t.add_section()
         for name, p in baselines.items():
-            t.add_row(f"baseline: {name}", *[_fmt(p, k) for k in METRIC_COLUMNS], str(p.used_gpus),
+            t.add_row(f"baseline: {name}", *[_fmt(p, k) for k in METRIC_COLUMNS], gpu_summary(p),
                       mode_summary(p), layout_summary(p), style="dim")
     return t
 
@@ -112,8 +148,11 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
     for col in ("pool", "GPU", "region", "rollout", "train", "shared", "rollout TP", "engines"):
         roles.add_column(col, justify="left" if col in ("pool", "GPU", "region") else "right")
     for p in plan.pools:
+        if not p.used_gpus:  # pools the plan leaves idle
+            continue
+        rolls = p.rollout_gpus or p.shared_gpus
         roles.add_row(p.pool, p.gpu, p.region, str(p.rollout_gpus), str(p.train_gpus), str(p.shared_gpus),
-                      str(p.rollout_tp), str(p.rollout_engines))
+                      str(p.rollout_tp) if rolls else "-", str(p.rollout_engines) if rolls else "-")
     lay = Table(title="layout and execution", title_justify="left", show_header=False)
     lay.add_column("what")
     lay.add_column("value")
@@ -121,8 +160,8 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
     lay.add_row("training", f"DP {t.dp} x TP {t.tp} x PP {t.pp} = {t.dp * t.tp * t.pp} GPUs, {t.sharding}, "
                             f"micro-batch {t.micro_batch}, recompute {'on' if t.recompute else 'off'}, "
                             f"optimizer offload {'on' if t.optimizer_offload else 'off'}")
-    lay.add_row("rollout", f"{plan.rollout_engines} vLLM engine(s), KV memory fraction {r.kv_mem_frac:g}, "
-                           f"{r.max_num_seqs} concurrent sequences per engine")
+    lay.add_row("rollout", f"{plan.rollout_engines} vLLM engine(s), each may use {r.kv_mem_frac:.0%} of GPU memory "
+                           f"(gpu_memory_utilization), {r.max_num_seqs} concurrent sequences per engine")
     lay.add_row("execution", f"{e.mode}" + (f", staleness bound k = {e.staleness_bound}" if e.mode == "async" else "")
                 + f", {e.pipeline_chunks} pipeline chunk(s)")
     lay.add_row("weight sync", plan.weight_sync.route)
@@ -140,10 +179,12 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
     steps = step_parts(plan.predicted)
     tables = [roles, lay, pred]
     if steps:
-        st = Table(title="predicted step breakdown (s) and memory (GB)", title_justify="left")
+        note = (" (rollouts of several steps overlap: a step can be shorter than its rollout)"
+                if plan.execution.mode == "async" else "")
+        st = Table(title="predicted step, memory and cost" + note, title_justify="left")
         st.add_column("part")
         st.add_column("value", justify="right")
         for k, v in steps.items():
-            st.add_row(k, f"{v:.4g}")
+            st.add_row(STEP_LABELS[k], f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}")
         tables.append(st)
     return tables

@@ -25,8 +25,9 @@ from math import comb
 
 import numpy as np
 from pymoo.core.problem import Problem
-from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 from pymoo.util.ref_dirs import get_reference_directions
+
+from problems.pareto import non_dominated
 
 # Number of reference points the competition asked each sampler for.
 N_FRONT_POINTS = 10_000
@@ -67,10 +68,8 @@ def grid_points(n: int, d: int) -> np.ndarray:
 
 
 def non_dominated_mask(F: np.ndarray) -> np.ndarray:
-    """True for rows of F no other row dominates (minimisation)."""
-    keep = np.zeros(len(F), dtype=bool)
-    keep[NonDominatedSorting().do(F, only_non_dominated_front=True)] = True
-    return keep
+    """True for rows of F no other row dominates (minimisation); equal rows all stay."""
+    return non_dominated(F, keep_duplicates=True)
 
 
 # ---------------------------------------------------------------- shapes

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from problems.pareto import non_dominated
 from problems.placement.encoding import SHARDINGS
 from problems.placement.problem import PlacementProblem, objectives
 
@@ -62,33 +63,9 @@ class EnumerationResult:
 
 
 # ---------------------------------------------------------------- non-dominated filter
-def nondominated(F: np.ndarray, block: int = 2048) -> np.ndarray:
-    """Indices of the rows of F (minimised) no other row dominates; equal rows all stay.
-
-    Rows sorted lexicographically can only be dominated by earlier rows, so one pass over the
-    sorted distinct rows against the front found so far is exact (a skyline in blocks).
-    """
-    F = np.asarray(F, dtype=float)
-    if len(F) == 0:
-        return np.zeros(0, dtype=np.int64)
-    U, inv = np.unique(F, axis=0, return_inverse=True)  # lexicographically sorted, distinct
-    inv = np.asarray(inv).reshape(-1)
-    keep = np.zeros(len(U), dtype=bool)
-    front = np.empty((0, F.shape[1]))
-    for s in range(0, len(U), block):
-        C = U[s:s + block]
-        alive = np.ones(len(C), dtype=bool)
-        for f0 in range(0, len(front), 4096):  # earlier fronts, in slices to bound memory
-            Fr = front[f0:f0 + 4096]
-            alive &= ~(Fr[:, None, :] <= C[None, :, :]).all(axis=2).any(axis=0)
-        idx = np.flatnonzero(alive)
-        S = C[idx]
-        le = (S[:, None, :] <= S[None, :, :]).all(axis=2)  # le[j, i]: S_j weakly below S_i
-        le &= np.tri(len(S), k=-1, dtype=bool).T  # only earlier j (< i); distinct, so strict
-        ok = ~le.any(axis=0)
-        keep[s + idx[ok]] = True
-        front = np.vstack([front, S[ok]])
-    return np.flatnonzero(keep[inv])
+def nondominated(F: np.ndarray) -> np.ndarray:
+    """Indices of the rows of F (minimised) no other row dominates; equal rows all stay."""
+    return np.flatnonzero(non_dominated(F, keep_duplicates=True))
 
 
 # ---------------------------------------------------------------- the space

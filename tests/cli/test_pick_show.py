@@ -8,7 +8,7 @@ import pytest
 import problems.atomic
 from mosearch import decide
 from mosearch.cli import main
-from mosearch.results import load_run, write_front
+from mosearch.results import load_run, objective_matrix, write_front
 from problems.placement.plan import load_plan
 
 
@@ -21,7 +21,7 @@ def test_show_lists_the_front_sorted(mixed8_run, capsys):
     assert pos == sorted(pos)  # in cost order
     for planner in ("verl-colocated", "best-homogeneous", "hetrl-sh", "milp"):  # baselines beside the front
         assert f"baseline: {planner}" in out
-    assert f"{len(run.plans)} Pareto plans" in out
+    assert f"{len(run.plans)} distinct plans of {len(run.all_plans)} Pareto plans" in out
 
 
 def test_show_missing_run_is_an_input_error(tmp_path, capsys):
@@ -34,12 +34,13 @@ def test_pick_knee_writes_a_loadable_plan(mixed8_run, tmp_path, capsys):
     assert main(["pick", str(mixed8_run), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     run = load_run(mixed8_run)
-    knee = run.plans[decide.knee(run.F)]
+    knee = run.all_plans[decide.knee(objective_matrix(run.all_plans), run.resolution)]
     plan = load_plan(out)
     assert plan.plan_id == knee.plan_id == run.info["knee"]
+    assert knee.plan_id in {p.plan_id for p in run.plans}  # the knee is on the front shown
     assert "who does what" in text and "front best" in text
     for p in plan.pools:
-        assert p.pool in text
+        assert (p.pool in text) == (p.used_gpus > 0)  # idle pools get no row
 
 
 def test_pick_default_output_is_in_the_run(mixed8_run):
@@ -49,7 +50,7 @@ def test_pick_default_output_is_in_the_run(mixed8_run):
 
 def test_pick_with_limits_and_weights(mixed8_run, tmp_path):
     run = load_run(mixed8_run)
-    F = run.F
+    F = objective_matrix(run.all_plans)
     budget = float(np.median(F[:, 1]))
     out = tmp_path / "w.yaml"
     assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--weights", "throughput=1", "--out", str(out)]) == 0
@@ -90,3 +91,61 @@ def test_atomic_front_write_keeps_the_old_files_on_failure(mixed8_run, tmp_path,
     write_front(target, run.plans)
     assert load_run(mixed8_run).F.shape == run.F.shape
     assert sorted(p.name for p in (target / "plans").glob("*.yaml")) == sorted(f"{p.plan_id}.yaml" for p in run.plans)
+
+
+def _scan(F, res, budget=None, floor=None):
+    """`pick`'s documented rules as a plain scan of every plan found."""
+    ok = [i for i in range(len(F)) if (budget is None or F[i, 1] <= budget) and (floor is None or F[i, 0] >= floor)]
+    order = (0, 1, 2, 3) if budget is not None else (1, 0, 2, 3)
+    sign = [-1, 1, 1, 1]
+    for j in order:  # within the resolution of the best in each objective in turn
+        if j == 0:
+            top = max(F[i, 0] for i in ok)
+            ok = [i for i in ok if F[i, 0] * (1 + res[0]) >= top]
+        elif j == 1:
+            low = min(F[i, 1] for i in ok)
+            ok = [i for i in ok if F[i, 1] <= low * (1 + res[1])]
+        else:
+            low = min(F[i, j] for i in ok)
+            ok = [i for i in ok if F[i, j] <= low + res[j]]
+    return min(ok, key=lambda i: (*(sign[j] * F[i, j] for j in order), i))
+
+
+@pytest.mark.parametrize("q", [0.0, 0.3, 0.6, 1.0])
+def test_pick_budget_and_floor_match_a_scan_of_every_plan(mixed8_run, tmp_path, capsys, q):
+    run = load_run(mixed8_run)
+    F = objective_matrix(run.all_plans)
+    res = run.resolution
+    budget, floor = float(np.quantile(F[:, 1], q)), float(np.quantile(F[:, 0], q))
+    out = tmp_path / "b.yaml"
+    assert main(["pick", str(mixed8_run), "--max-cost", repr(budget), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    got = load_plan(out).predicted
+    assert load_plan(out).plan_id == run.all_plans[_scan(F, res, budget=budget)].plan_id
+    assert "fastest of" in text and "Next to it on the front" in text
+    # in plain terms: within the budget, and nothing within it is faster by more than the resolution
+    assert got["cost_usd_h"] <= budget
+    assert got["throughput_samples_s"] * (1 + res[0]) >= F[F[:, 1] <= budget, 0].max()
+    assert main(["pick", str(mixed8_run), "--min-throughput", repr(floor), "--out", str(out)]) == 0
+    got = load_plan(out).predicted
+    assert load_plan(out).plan_id == run.all_plans[_scan(F, res, floor=floor)].plan_id
+    assert got["throughput_samples_s"] >= floor
+    assert got["cost_usd_h"] <= F[F[:, 0] >= floor, 1].min() * (1 + res[1])
+
+
+def test_show_all_lists_every_plan_found(mixed8_run, capsys):
+    run = load_run(mixed8_run)
+    assert main(["show", str(mixed8_run), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(run.all_plans)} Pareto plans" in out
+    assert len(run.plans) <= len(run.all_plans)
+
+
+@pytest.mark.parametrize("cmd", ["pick", "plan"])
+def test_bad_resolution_is_an_input_error(mixed8_run, tmp_path, capsys, cmd):
+    argv = ["pick", str(mixed8_run)] if cmd == "pick" else [
+        "plan", "--cluster", "problems/clusters/mixed-8.yaml", "--workload", "problems/workloads/qwen2.5-7b-grpo.yaml",
+        "--out", str(tmp_path / "x")]
+    assert main([*argv, "--resolution", "memory=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--resolution" in err and len(err.strip().splitlines()) == 1

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from mosearch.planner.archive import Archive, non_dominated_mask
+from mosearch.planner.archive import Archive
+from problems.pareto import non_dominated as non_dominated_mask
 from mosearch.planner.hv import HVScale
 
 

@@ -21,7 +21,7 @@ def _dominates(a, b):
 def test_nondominated_matches_brute_force():
     rng = np.random.default_rng(0)
     F = np.round(rng.random((700, 4)), 1)  # rounding makes ties and duplicates
-    idx = set(nondominated(F, block=64).tolist())
+    idx = set(nondominated(F).tolist())
     brute = {i for i in range(len(F)) if not any(_dominates(F[j], F[i]) for j in range(len(F)))}
     assert idx == brute
 

@@ -48,11 +48,14 @@ def check_whole(out: Path) -> None:
     front = json.loads((out / "front.json").read_text())["plans"]
     ids = [p["plan_id"] for p in front]
     assert [r["plan_id"] for r in csv_rows(out / "front.csv")] == ids
-    assert sorted(p.name for p in (out / "plans").iterdir()) == sorted(f"{i}.yaml" for i in ids)
-    for i in ids:
+    every = [p["plan_id"] for p in json.loads((out / "front_all.json").read_text())["plans"]]
+    assert [r["plan_id"] for r in csv_rows(out / "front_all.csv")] == every
+    assert set(ids) <= set(every)
+    assert sorted(p.name for p in (out / "plans").iterdir()) == sorted(f"{i}.yaml" for i in every)
+    for i in every:
         assert yaml.safe_load((out / "plans" / f"{i}.yaml").read_text())["plan_id"] == i
     info = yaml.safe_load((out / "run.yaml").read_text())
-    assert info["front_size"] == len(ids)
+    assert info["front_size"] == len(ids) and info["archive_size"] == len(every)
     hist = csv_rows(out / "history.csv")
     assert int(hist[-1]["evaluations"]) == info["search_evaluations"]
     base = json.loads((out / "baselines.json").read_text())["plans"]

@@ -25,7 +25,10 @@ mapped plans run asynchronously with the workload's staleness bound (AReaL's bou
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+import os
+import sys
 
 import highspy
 import numpy as np
@@ -118,14 +121,33 @@ def _train_coeffs(score: Scorer):
     return configs, cols, tau
 
 
+def _highs() -> highspy.Highs:
+    """A silent solver. HiGHS writes its copyright banner to the process's stdout when the first
+    solver is built, before any option can turn it off; that write goes to the null device."""
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        try:  # the banner may still sit in C's stdio buffer
+            ctypes.CDLL(None).fflush(None)
+        except (OSError, AttributeError, TypeError):  # no C library handle (e.g. Windows)
+            pass
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+    return h
+
+
 def solve(rho, rtp, tau, g, counts, price, budget):
     """The MILP for one training configuration.
 
     rho (P, K) and rtp (P, K): rollout rate per GPU and TP of each engine option of each pool
     (one option per pool, as the plan encodes one engine TP per pool); tau (P,): training rate
     per GPU. Returns (rollout GPUs, training GPUs, engine TP option) per pool, or None."""
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _highs()
     h.setOptionValue("mip_max_nodes", NODE_LIMIT)
     P, K = rho.shape
     kint = highspy.HighsVarType.kInteger
