@@ -77,9 +77,9 @@ def normalise(M: np.ndarray, ideal: np.ndarray | None = None, nadir: np.ndarray 
     return out
 
 
-def parse_resolution(text: str) -> np.ndarray:
-    """'throughput=0.01,memory=0.1' -> resolution in OBJECTIVES order; unnamed ones keep their default."""
-    res = RESOLUTION.copy()
+def _parse_per_objective(text: str, start: np.ndarray, what: str) -> np.ndarray:
+    """'throughput=2,cost=1' -> `start` with the named objectives replaced (finite numbers >= 0)."""
+    out = start.copy()
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, sep, value = item.partition("=")
         name = name.strip().lower()
@@ -90,9 +90,14 @@ def parse_resolution(text: str) -> np.ndarray:
         except ValueError:
             raise ValueError(f"{item!r}: {value.strip()!r} is not a number") from None
         if not np.isfinite(v) or v < 0:
-            raise ValueError(f"{item!r}: a resolution must be a finite number >= 0")
-        res[NAMES.index(name)] = v
-    return res
+            raise ValueError(f"{item!r}: {what} must be a finite number >= 0")
+        out[NAMES.index(name)] = v
+    return out
+
+
+def parse_resolution(text: str) -> np.ndarray:
+    """'throughput=0.01,memory=0.1' -> resolution in OBJECTIVES order; unnamed ones keep their default."""
+    return _parse_per_objective(text, RESOLUTION, "a resolution")
 
 
 def describe_resolution(res: np.ndarray) -> str:
@@ -256,19 +261,7 @@ def closest(F: np.ndarray, limits: Limits, n: int = 3) -> np.ndarray:
 
 def parse_weights(text: str) -> np.ndarray:
     """'throughput=2,cost=1' -> weights in OBJECTIVES order; unnamed objectives get 0."""
-    w = np.zeros(len(NAMES))
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        name, sep, value = item.partition("=")
-        name = name.strip().lower()
-        if not sep or name not in OBJECTIVES:
-            raise ValueError(f"{item!r}: expected NAME=NUMBER with NAME one of {', '.join(NAMES)}")
-        try:
-            v = float(value)
-        except ValueError:
-            raise ValueError(f"{item!r}: {value.strip()!r} is not a number") from None
-        if not np.isfinite(v) or v < 0:
-            raise ValueError(f"{item!r}: a weight must be a finite number >= 0")
-        w[NAMES.index(name)] = v
+    w = _parse_per_objective(text, np.zeros(len(NAMES)), "a weight")
     if w.sum() <= 0:
         raise ValueError("at least one weight must be positive")
     return w
