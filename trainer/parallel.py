@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
 

@@ -1,15 +1,14 @@
-"""Training workers: one process per data-parallel rank, hosted in a Ray actor.
+"""Training workers: one process per device of the plan's dp x tp x pp layout, hosted in a Ray actor.
 
-DDP over gloo on CPU, NCCL on GPU; FSDP2 (`fully_shard`) on GPU when the plan asks for zero3/fsdp
-sharding. A step may arrive in chunks (elastic pipelining): `accumulate` adds one chunk's gradient
-(micro-batched, gradient all-reduce only on the last micro-batch of the step), `apply` takes the
-optimizer step. With one optimizer step per batch the proximal policy of the decoupled objective
-is the current policy, so its log-probs are the detached log-probs of the same forward pass.
+gloo on CPU, NCCL on GPU; the model is cut and sharded by `trainer.parallel` (TP, PP stages, FSDP2,
+ZeRO-1/2). A step may arrive in chunks (elastic pipelining): `accumulate` adds one chunk's gradient
+(micro-batched), `apply` synchronises gradients over dp, clips and takes the optimizer step. With one
+optimizer step per batch the proximal policy of the decoupled objective is the current policy, so
+its log-probs are the detached log-probs of the same forward pass.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from dataclasses import dataclass

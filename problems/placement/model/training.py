@@ -70,6 +70,22 @@ def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_el
     return fwd, bwd
 
 
+def replica_speed(ctx: ModelContext, tp, pp) -> np.ndarray:
+    """(N, P) training FLOP/s of one data-parallel replica (tp * pp GPUs) in each pool: the weight of
+    the pool's replicas when the step's samples are split (the trainer splits by the same numbers,
+    carried in the plan as `PoolRoles.train_speed`)."""
+    g = np.asarray(tp) * np.asarray(pp)
+    return g[:, None] * ctx.flops * ctx.eff["mfu"]
+
+
+def replica_shares(ctx: ModelContext, f: dict) -> np.ndarray:
+    """(N, P) samples per replica of each pool: the step's samples in proportion to replica speed."""
+    reps = (f["train_gpus"] + f["shared_gpus"]) // (f["tp"] * f["pp"])[:, None]
+    speed = replica_speed(ctx, f["tp"], f["pp"])
+    total = np.maximum(psum(reps * speed), 1e-30)
+    return np.where(reps > 0, ctx.samples * speed / total[:, None], 0.0)
+
+
 def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     e = ctx.eff
     tp, pp, mb = f["tp"], f["pp"], f["micro_batch"]
@@ -81,9 +97,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     fwd_tok = 2.0 * ctx.params + attn_flops_per_token(ctx, tok / 2.0)  # FLOPs per token, one forward
     n_fwd, n_bwd = pass_counts(ctx, f["recompute"])
     flops_sample = tok * fwd_tok * (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))
-    speed = g[:, None] * ctx.flops * e["mfu"]  # FLOP/s of one replica per pool
-    total_speed = np.maximum(psum(reps * speed), 1e-30)
-    share = np.where(reps > 0, ctx.samples * speed / total_speed[:, None], 0.0)  # samples per replica
+    share = replica_shares(ctx, f)  # samples per replica
     # micro-batches per replica and chunk; a chunk's partial micro-batch still costs a slot
     per_chunk = share / chunks[:, None]
     m = np.ceil(per_chunk / mb[:, None])
