@@ -37,27 +37,38 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank, world, port, model, dp, tp, pp, sharding, out):
+def _rank(rank, world, port, model, dp, tp, pp, sharding, recompute, out):
+    import os
+
     torch.set_num_threads(1)
     from trainer.workers import TrainWorker
 
-    w = TrainWorker(model, rank, world, port, ALGO, MICRO, sharding, tp=tp, pp=pp)
+    w = TrainWorker(model, rank, world, port, ALGO, MICRO, sharding, tp=tp, pp=pp, recompute=recompute)
     batch = _batch()
     c = w.c
     w.accumulate(batch[c.dp_idx::dp], len(batch), n_micro=2, last=True)
     st = w.apply()
     state = {k: v for b in w.iter_full_state(1 << 16) for k, v in b}
+    # checkpoint round trip of this layout: save, wipe the weights, load, gather again
+    os.makedirs(f"{out}/ckpt", exist_ok=True)
+    w.save(f"{out}/ckpt/state.pt")
+    with torch.no_grad():
+        for p in w.model.parameters():
+            p.zero_()
+    w.load(f"{out}/ckpt/state.pt")
+    again = {k: v for b in w.iter_full_state(1 << 20) for k, v in b}
+    assert all(torch.equal(again[k], v) for k, v in state.items())
     torch.save((rank, c.dp_idx, c.tp_idx, c.pp_idx, st["loss"], w.params_held, state if rank == 0 else None,
                 st["grad_norm"]),
                f"{out}/rank{rank}.pt")
     w.shutdown()
 
 
-def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out) -> dict:
+def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out, recompute: bool = False) -> dict:
     world = dp * tp * pp
     ctx = mp.get_context("spawn")
     port = _port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model, dp, tp, pp, sharding, str(out))) for r in range(world)]
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model, dp, tp, pp, sharding, recompute, str(out))) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
@@ -86,10 +97,11 @@ def reference(tiny_model):
             "grad_norm": st["grad_norm"]}
 
 
-@pytest.mark.parametrize("dp,tp,pp,sharding", [(1, 2, 1, "none"), (1, 1, 2, "none"), (2, 1, 1, "zero3"),
-                                                (2, 2, 1, "zero2"), (2, 1, 2, "zero1")])
-def test_layout_matches_single_rank(reference, tiny_model, tmp_path, dp, tp, pp, sharding):
-    got = run_layout(str(tiny_model), dp, tp, pp, sharding, tmp_path)
+@pytest.mark.parametrize("dp,tp,pp,sharding,recompute", [
+    (1, 2, 1, "none", False), (1, 1, 2, "none", False), (2, 1, 1, "zero3", False),
+    (2, 2, 1, "zero2", False), (2, 1, 2, "zero1", True)])  # the last two: mixed layouts
+def test_layout_matches_single_rank(reference, tiny_model, tmp_path, dp, tp, pp, sharding, recompute):
+    got = run_layout(str(tiny_model), dp, tp, pp, sharding, tmp_path, recompute)
     ref = reference["state"]
     assert set(got["state"]) == set(ref)  # HF naming, tied lm_head included
     assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-6)
