@@ -39,7 +39,7 @@ from problems.placement.plan import Plan, load_plan
 from trainer import checkpoint as ckpt
 from trainer import placement as P
 from trainer.batch import Sample
-from trainer.groups import TrainGroup
+from trainer.groups import RolloutGroup, TrainGroup
 from trainer.models.tiny import load_tokenizer, resolve_model
 from trainer.tasks import PromptSampler, load_task
 
@@ -277,9 +277,8 @@ class Driver:
         self.held_ids = [self._encode(p) for p, _ in self.held]
         self.sampler = PromptSampler(len(self.task.train), cfg.seed)
         self.step = self.version = self.draws = 0
-        self.engines: list = []
+        self.rollout: RolloutGroup | None = None
         self.train: TrainGroup | None = None
-        self._engine_gen: list[int] = []
         self._actor_ids: dict[str, tuple[str, int]] = {}  # Ray actor id -> (role, index)
         self._retired: set[str] = set()  # ids of actors we replaced
         self._cursor: dict[int, tuple[dict, int]] = {}  # step -> (sampler state, draws) before its batch was drawn
@@ -321,8 +320,12 @@ class Driver:
             n = len(lay.engines) if f.kind == "engine" else lay.world
             if f.index >= n:
                 raise InputError(None, FAULT_ENV, f"{f.kind} {f.index} does not exist", f"an index below {n}")
-        self.engines = [self._spawn_engine(i) for i in range(len(lay.engines))]
-        self._engine_gen = [0] * len(self.engines)
+        self.rollout = RolloutGroup(self._engine_cls, lay, found, self._pg_r, self._env,
+                                    {"model_path": str(self.model_path), "kv_mem_frac": self.plan.rollout.kv_mem_frac,
+                                     "max_num_seqs": self.plan.rollout.max_num_seqs, "max_model_len": self._max_len,
+                                     "eos_id": self.eos, "pad_id": self.tok.pad_token_id}, self.cfg.seed)
+        for i, e in enumerate(self.rollout.spawn()):
+            self._actor_ids[e._actor_id.hex()] = ("engine", i)
         t = self.plan.train
         algo = {"name": self.cfg.algo, "lr": self.cfg.lr, "clip_eps": self.cfg.clip_eps, "kl_coef": self.cfg.kl_coef,
                 "decoupled": self.mode == "async", "ratio_to_behaviour": self.cfg.mini_batches > 1}
@@ -334,17 +337,9 @@ class Driver:
         ray.get([e.get_version.remote() for e in self.engines])
         self.rank_info = self._gather(self.train.call("layout_info"))
 
-    def _spawn_engine(self, i: int):
-        """Rollout engine i in bundle i of the rollout placement group (also used to restart it)."""
-        lay, e = self.layout, self.layout.engines[i]
-        share = 0.5 if lay.colocated else 1.0
-        opts = P.actor_options(e.gpu, self.found, share * e.tp if not lay.colocated else share, (self._pg_r, i))
-        actor = self._engine_cls.options(runtime_env=self._env, **opts).remote(
-            str(self.model_path), tp=e.tp, kv_mem_frac=self.plan.rollout.kv_mem_frac,
-            max_num_seqs=self.plan.rollout.max_num_seqs, max_model_len=self._max_len, seed=self.cfg.seed + i,
-            eos_id=self.eos, pad_id=self.tok.pad_token_id)
-        self._actor_ids[actor._actor_id.hex()] = ("engine", i)
-        return actor
+    @property
+    def engines(self) -> list:
+        return self.rollout.actors if self.rollout else []
 
     @property
     def workers(self) -> list:
@@ -379,7 +374,7 @@ class Driver:
 
     def _send(self, ch: Chunk) -> None:
         """(Re)send a chunk to its engine: a redo after a restart asks for exactly the same rollouts."""
-        ch.gen = self._engine_gen[ch.engine]
+        ch.gen = self.rollout.gen[ch.engine]
         ch.ref = self.engines[ch.engine].generate.remote([self.train_ids[i] for i in ch.prompt_idx], self.cfg.group_size,
                                                          self.task.max_new_tokens, self.cfg.temperature, ch.seed)
 
@@ -446,15 +441,11 @@ class Driver:
 
     def _restart_engine(self, i: int) -> None:
         """Replace engine i in its own bundle and load the current weights (the version its lost calls were for)."""
-        import ray
-
-        old = self.engines[i]
+        t0 = time.perf_counter()
+        old = self.rollout.restart(i)
         self._retired.add(old._actor_id.hex())
         self._actor_ids.pop(old._actor_id.hex(), None)
-        ray.kill(old, no_restart=True)
-        t0 = time.perf_counter()
-        self.engines[i] = self._spawn_engine(i)
-        self._engine_gen[i] += 1
+        self._actor_ids[self.engines[i]._actor_id.hex()] = ("engine", i)
         items = self._state_ref()
         self._gather([self.engines[i].update_weights.remote(items, self.version)])
         if self.layout.colocated and self._phase == "train":
@@ -724,7 +715,7 @@ class Driver:
             lost = self._lost(err)
             if lost is not None and lost.role != "engine":
                 raise lost from err
-            if ch.gen == self._engine_gen[ch.engine]:  # not yet restarted since this chunk went out
+            if ch.gen == self.rollout.gen[ch.engine]:  # not yet restarted since this chunk went out
                 self._restart_engine(ch.engine)
             self._send(ch)  # redo exactly this chunk's rollouts, nothing else
             pending[ch.ref] = ch
@@ -884,9 +875,9 @@ class Driver:
                 pass
         for a in self.engines + self.workers:
             ray.kill(a)
-        self.engines = []
-        if self.train:
-            self.train.actors = []
+        for group in (self.rollout, self.train):
+            if group:
+                group.actors = []
         from ray.util.placement_group import remove_placement_group
 
         for pg in self._pgs:

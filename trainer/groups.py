@@ -1,9 +1,12 @@
-"""The training worker group: the ranks of a plan's dp x tp x pp layout as Ray actors.
+"""The driver's two worker groups, as Ray actors in the bundles of their placement groups.
 
-It owns what the driver loop should not see: one actor per bundle of the train placement group,
-the rank -> data-parallel replica mapping, the split of a batch over replicas (in proportion to
-replica speed, as the performance model assumes), and the fan-out calls. The driver keeps the loop
-and fault handling; every call here returns Ray refs for it to gather.
+- RolloutGroup: one engine per bundle of the rollout placement group; spawning and the in-place
+  restart of a lost engine (its incarnation counter tells a redo from a stale result).
+- TrainGroup: the ranks of a plan's dp x tp x pp layout; the rank -> data-parallel replica mapping,
+  the split of a batch over replicas (in proportion to replica speed, as the performance model
+  assumes) and gathering the full weights.
+They own what the driver loop should not see; the driver keeps the loop and the fault handling,
+and every call here returns Ray refs for it to gather.
 """
 
 from __future__ import annotations
@@ -12,6 +15,39 @@ import socket
 
 from trainer import placement as P
 from trainer.batch import split
+
+
+class RolloutGroup:
+    def __init__(self, cls, layout: P.Layout, found: P.Found, pg, env: dict, init: dict, seed: int):
+        self.cls, self.layout, self.found, self.pg, self.env = cls, layout, found, pg, env
+        self.init, self.seed = init, seed  # engine keyword arguments shared by every engine
+        self.actors: list = []
+        self.gen: list[int] = []  # incarnation of each engine (bumped on each restart)
+
+    def spawn(self) -> list:
+        self.actors = [self._spawn(i) for i in range(len(self.layout.engines))]
+        self.gen = [0] * len(self.actors)
+        return self.actors
+
+    def _spawn(self, i: int):
+        """Engine i in bundle i (colocated: half of a shared device; else its tp devices)."""
+        lay, e = self.layout, self.layout.engines[i]
+        share = 0.5 if lay.colocated else float(e.tp)
+        opts = P.actor_options(e.gpu, self.found, share, (self.pg, i))
+        return self.cls.options(runtime_env=self.env, **opts).remote(tp=e.tp, seed=self.seed + i, **self.init)
+
+    def restart(self, i: int):
+        """Kill engine i and start a new one in the same bundle; returns the old actor."""
+        import ray
+
+        old = self.actors[i]
+        ray.kill(old, no_restart=True)  # first: the bundle holds one engine
+        self.actors[i] = self._spawn(i)
+        self.gen[i] += 1
+        return old
+
+    def call(self, method: str, *args) -> list:
+        return [getattr(a, method).remote(*args) for a in self.actors]
 
 
 class TrainGroup:
