@@ -347,9 +347,7 @@ class Driver:
 
     def _spawn_workers(self) -> None:
         """All training ranks, in their bundles, as a fresh process group."""
-        for w in self.train.spawn():
-            self._actor_ids[w._actor_id.hex()] = ("worker", self._actor_ids.__len__() and 0 or 0)
-        for r, w in enumerate(self.workers):
+        for r, w in enumerate(self.train.spawn()):
             self._actor_ids[w._actor_id.hex()] = ("worker", r)
 
     def _config(self):
@@ -695,9 +693,9 @@ class Driver:
         are zero when every group's rewards are equal (and PPO learns nothing from a constant reward)."""
         self._no_signal = self._no_signal + 1 if row["signal_groups"] == 0 else 0
         if self._no_signal == NO_SIGNAL_STEPS and not self.warnings:
-            msg = (f"warning: no reward variance for {NO_SIGNAL_STEPS} steps (every group scored "
-                   f"{row['reward_train']:.2f} throughout): GRPO gets no learning signal; start from a model "
-                   "that sometimes succeeds, e.g. --warm-start-steps 300 for the tiny model")
+            msg = (f"warning: no reward variance within any group for {NO_SIGNAL_STEPS} steps (mean reward "
+                   f"{row['reward_train']:.2f}): GRPO gets no learning signal; start from a model that sometimes "
+                   "succeeds, e.g. --warm-start-steps 220 for the tiny model (as the demo does)")
             self.warnings.append(msg)
             self.log(msg)
 
