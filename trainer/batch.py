@@ -47,3 +47,23 @@ def collate(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
         "reward": torch.tensor([s.reward for s in samples], dtype=torch.float32),
         "advantage": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
     }
+
+
+def split_counts(n: int, weights: list[float]) -> list[int]:
+    """`n` samples over replicas in proportion to `weights` (largest remainder: every count is within
+    one of its exact share n * w / sum(w), and they add up to n)."""
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: counts[i] - exact[i])[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def split(samples: list, weights: list[float]) -> list[list]:
+    """Consecutive slices of `samples`, one per replica, sized by `split_counts`."""
+    out, a = [], 0
+    for c in split_counts(len(samples), weights):
+        out.append(samples[a:a + c])
+        a += c
+    return out

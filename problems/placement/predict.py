@@ -161,6 +161,7 @@ def _job_context(job: TrainingJob, where: str | None):
     except InputError as err:
         raise InputError(where, err.key, err.problem, err.expected) from None
     ctx.rl_passes = False
+    ctx.even_split = True  # a plain training job runs on a framework that splits the batch evenly
     ctx.interleave = job.interleave
     # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
     # (even stages) is the planner's own layout, replicas in pools

@@ -144,7 +144,8 @@ class PlacementProblem(Problem):
         if lifetime:
             pred.update(self.lifetime_peak(x))
         pid = plan_id or "p" + hashlib.sha1(np.round(x, 6).tobytes()).hexdigest()[:10]
-        return self.layout.to_plan(x, self.cluster, self.cluster_ref, self.workload_ref, pid, pred)
+        plan = self.layout.to_plan(x, self.cluster, self.cluster_ref, self.workload_ref, pid, pred)
+        return with_train_speeds(plan, self.ctx)
 
     def lifetime_peak(self, x) -> dict[str, float]:
         """Offline lifetime-planned vs caching-allocator peak of one training iteration (GB)."""
@@ -152,6 +153,16 @@ class PlacementProblem(Problem):
 
         f = {k: v[0] for k, v in self.layout.fields(np.atleast_2d(x)).items()}
         return iteration_peaks(self.ctx, f)
+
+
+def with_train_speeds(plan: Plan, ctx) -> Plan:
+    """The plan with each training pool's replica speed, the weights of the model's data split."""
+    from problems.placement.model.training import replica_speed
+
+    speed = replica_speed(ctx, np.array([plan.train.tp]), np.array([plan.train.pp]))[0]
+    pools = [p.model_copy(update={"train_speed": round(float(speed[i]) / 1e12, 6)}) if p.train_gpus + p.shared_gpus else p
+             for i, p in enumerate(plan.pools)]
+    return plan.model_copy(update={"pools": pools})
 
 
 def objectives(r: dict[str, np.ndarray]) -> np.ndarray:

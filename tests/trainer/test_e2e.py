@@ -56,6 +56,25 @@ def test_async_never_trains_on_data_older_than_k(ray_local, plan_file, tmp_path)
     assert all(r["staleness_max"] <= k for r in rows)
     assert any(r["staleness_max"] == k for r in rows)  # it really ran ahead
     assert sum(r["stale_dropped"] for r in rows) == 0
+    # the untrained tiny model: the run says when its rewards give GRPO nothing to learn from
+    silent = all(r["signal_groups"] == 0 for r in rows[:3])
+    assert bool(summary["warnings"]) == silent
+    if silent:
+        assert len(summary["warnings"]) == 1 and "--warm-start-steps" in summary["warnings"][0]
+    assert summary["versions"]["engine"].startswith("transformers") and summary["versions"]["ray"]
+
+
+def test_signal_groups_count_groups_whose_rewards_differ():
+    from trainer.batch import Sample
+    from trainer.driver import _signal_groups
+
+    def s(i, r):
+        return Sample(i, [1], [2], [0.0], r, 0.0, 0)
+
+    batch = [s(0, 0.0), s(1, 0.0), s(2, 1.0), s(3, 0.0), s(4, 1.0), s(5, 1.0)]
+    assert _signal_groups(batch, 2) == 1  # groups (0,1) (2,3) (4,5): only the middle one differs
+    assert _signal_groups(batch, None) == 1  # PPO: the batch as one group
+    assert _signal_groups(batch[:2], None) == 0
 
 
 def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
@@ -71,9 +90,10 @@ def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
     summary = run(cfg)
     rows = [r for r in _rows(out) if "time" in r]
     lay = summary["layout"]
-    assert {k: lay[k] for k in ("engines", "dp", "emulated", "notes")} == {"engines": 2, "dp": 2, "emulated": False,
-                                                                          "notes": []}
-    assert sorted((p["role"], p["index"]) for p in lay["placed"]) == [("engine", 0), ("engine", 1), ("rank", 0), ("rank", 1)]
+    placed = lay.pop("placed")
+    assert lay == {"engines": 2, "dp": 2, "tp": 1, "pp": 1, "sharding": "none", "stages": [2], "emulated": False,
+                   "notes": [], "params_per_rank": [lay["params_per_rank"][0]] * 2}
+    assert sorted((p["role"], p["index"]) for p in placed) == [("engine", 0), ("engine", 1), ("rank", 0), ("rank", 1)]
     assert all(r["time"]["switch"] > 0 for r in rows) and all("value_loss" in r for r in rows)
     assert all(r["behav_abs_diff_mean"] < 1e-3 for r in rows)  # both ranks stayed in sync with the engines
 

@@ -49,3 +49,31 @@ def test_colocated_shares_bundles(plan_file):
     assert lay.colocated and len(lay.engines) == 2 and lay.dp == 2
     b_r, b_t = P.bundles(lay, P.Found({"cpu-local": 2}))
     assert b_t is None and len(b_r) == 2
+
+
+def test_tp_pp_layout_gets_one_bundle_per_rank_and_notes_only_real_deviations(plan_file):
+    from types import SimpleNamespace
+
+    f = plan_file(pools=[_pool("cpu-local", "local", 1, 8)],
+                  train={"dp": 2, "tp": 2, "pp": 2, "sharding": "zero1", "micro_batch": 4})
+    lay = P.layout(load_plan(f), P.Found({"cpu-local": 9}), emulate=False)
+    assert (lay.dp, lay.tp, lay.pp, lay.world) == (2, 2, 2, 8) and lay.notes == []
+    assert len(P.bundles(lay, P.Found({"cpu-local": 9}))[1]) == 8  # one device per rank
+    # a plan made for a larger model, run on one with 2 heads and 2 layers: cut, and each cut noted
+    lay.tp, lay.pp = 4, 4
+    P.fit_model(lay, SimpleNamespace(num_attention_heads=2, num_key_value_heads=2, intermediate_size=512,
+                                     num_hidden_layers=2))
+    assert (lay.tp, lay.pp) == (2, 2)
+    assert lay.notes == ["train tp=4 runs as tp=2: the model has 2 attention heads / 2 kv heads",
+                         "train pp=4 runs as pp=2: the model has 2 layers"]
+
+
+def test_pipeline_plan_with_ppo_is_refused_in_one_line(plan_file, capsys):
+    from mosearch.cli import main
+
+    f = plan_file(pools=[_pool("cpu-local", "local", 0, 0, s=2)],
+                  execution={"mode": "colocated", "staleness_bound": 0, "pipeline_chunks": 1},
+                  train={"dp": 1, "tp": 1, "pp": 2, "sharding": "none", "micro_batch": 4})
+    assert main(["train", "--plan", str(f), "--steps", "1", "--algo", "ppo", "--backend", "hf"]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and "train.pp" in err[0] and "ppo" in err[0]

@@ -94,9 +94,10 @@ class ModelContext:
     gated: bool = True  # gated MLP (3 matrices) or plain (2)
     flash: bool = True  # flash attention (no score matrix, causal half) or unfused (full s x s)
     matmul_params: float = 0.0  # weights a token multiplies per forward: layers + the LM head (no input embedding)
-    # data split over data-parallel replicas: even (what the trainer, Megatron, DeepSpeed, verl do:
-    # every rank gets global_batch / dp samples) or in proportion to replica speed
-    even_split: bool = True
+    # data split over data-parallel replicas: in proportion to replica speed (what mosearch's trainer
+    # does with the plan's `train_speed`) or even (Megatron, DeepSpeed, verl: global_batch / dp each;
+    # `predict` sets it for a plain training job)
+    even_split: bool = False
     # an explicit pipeline (one layout, `predict`): layers per stage and the pool each stage runs on
     stage_layers: np.ndarray | None = None
     stage_pool: np.ndarray | None = None

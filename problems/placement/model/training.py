@@ -13,9 +13,10 @@ Sources (shared reference systems.md):
   pipeline bubble: (m + p - 1) micro-batch slots for m
   micro-batches on p stages (GPipe/1F1B, Metis); TP: two all-reduces of the activations per layer
   per forward and two per backward (Megatron-LM).
-- the step's samples are split evenly over data-parallel replicas (global batch / dp each: what the
-  trainer, Megatron-LM and DeepSpeed do), so the slowest replica sets the time; `even_split=False`
-  splits in proportion to replica speed instead.
+- the step's samples are split over data-parallel replicas in proportion to replica speed (what
+  mosearch's trainer does with a plan's `train_speed`, so unequal GPUs finish together); a plain
+  training job (`predict`) splits evenly (global batch / dp each: Megatron-LM, DeepSpeed, verl), so
+  the slowest replica sets the time (`ModelContext.even_split`).
 - pipeline of m micro-batches over stages with times t_i: sum(t_i) + (m - 1) max(t_i) (Metis); the
   LM head runs on the last stage; an explicit layout may give uneven layers and a GPU type per stage.
 """
@@ -74,6 +75,30 @@ def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_el
     return fwd, bwd
 
 
+def replica_speed(ctx: ModelContext, tp, pp) -> np.ndarray:
+    """(N, P) training FLOP/s of one data-parallel replica (tp * pp GPUs) in each pool: the weight of
+    the pool's replicas when the step's samples are split (the trainer splits by the same numbers,
+    carried in the plan as `PoolRoles.train_speed`)."""
+    g = np.asarray(tp) * np.asarray(pp)
+    return g[:, None] * ctx.flops * ctx.eff["mfu"]
+
+
+def replica_shares(ctx: ModelContext, f: dict, reps: np.ndarray | None = None, dp: np.ndarray | None = None) -> np.ndarray:
+    """(N, P) samples per replica of each pool and optimizer update: split evenly over the dp replicas
+    (`ctx.even_split`: Megatron-LM, DeepSpeed, verl) or in proportion to replica speed (mosearch's
+    trainer, which reads the same weights from the plan's `PoolRoles.train_speed`)."""
+    if reps is None:
+        reps = (f["train_gpus"] + f["shared_gpus"]) // (f["tp"] * f["pp"])[:, None]
+        dp = psum(reps)
+    samples = ctx.samples / ctx.updates
+    if ctx.even_split:
+        share = np.broadcast_to((samples / np.maximum(dp, 1))[:, None], reps.shape)
+    else:
+        speed = replica_speed(ctx, f["tp"], f["pp"])
+        share = samples * speed / np.maximum(psum(reps * speed), 1e-30)[:, None]
+    return np.where(reps > 0, share, 0.0)
+
+
 def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     e = ctx.eff
     tp, pp, mb = f["tp"], f["pp"], f["micro_batch"]
@@ -94,11 +119,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     else:
         reps = gpus // g[:, None]
         dp = psum(reps)
-    speed = g[:, None] * ctx.flops * e["mfu"]  # FLOP/s of one replica per pool
-    total_speed = np.maximum(psum(reps * speed), 1e-30)
-    samples = ctx.samples / ctx.updates  # per optimizer update
-    even = np.broadcast_to((samples / np.maximum(dp, 1))[:, None], reps.shape)
-    share = np.where(reps > 0, even if ctx.even_split else samples * speed / total_speed[:, None], 0.0)
+    share = replica_shares(ctx, f, reps, dp)  # samples per replica and optimizer update
     # micro-batches per replica and chunk; a chunk's partial micro-batch still costs a slot
     per_chunk = share / chunks[:, None]
     m = np.ceil(per_chunk / mb[:, None])

@@ -1,0 +1,136 @@
+"""The training layouts against a single-rank reference: one step from the same weights and batch
+gives the same loss and, after the update, the same full weights (fp32 tolerance).
+
+Each layout runs as plain processes over gloo (no Ray): every rank builds a `TrainWorker` on its
+dp share of the batch, takes one step and gathers the full state with `iter_full_state`.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from trainer import parallel as PL
+from trainer.batch import Sample
+
+ALGO = {"name": "grpo", "lr": 1e-3}
+MICRO = 3
+
+
+def _batch(n: int = 12, vocab: int = 60, seed: int = 0) -> list[Sample]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        P, C = rnd.randint(3, 7), rnd.randint(1, 9)
+        out.append(Sample(i, [rnd.randrange(4, vocab) for _ in range(P)], [rnd.randrange(4, vocab) for _ in range(C)],
+                          [-rnd.random() * 3 for _ in range(C)], 0.0, rnd.uniform(-1.5, 1.5), 0))
+    return out
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, world, port, model, dp, tp, pp, sharding, recompute, out):
+    import os
+
+    torch.set_num_threads(1)
+    from trainer.workers import TrainWorker
+
+    w = TrainWorker(model, rank, world, port, ALGO, MICRO, sharding, tp=tp, pp=pp, recompute=recompute)
+    batch = _batch()
+    c = w.c
+    w.accumulate(batch[c.dp_idx::dp], len(batch), n_micro=2, last=True)
+    st = w.apply()
+    state = {k: v for b in w.iter_full_state(1 << 16) for k, v in b}
+    # checkpoint round trip of this layout: save, wipe the weights, load, gather again
+    os.makedirs(f"{out}/ckpt", exist_ok=True)
+    w.save(f"{out}/ckpt/state.pt")
+    with torch.no_grad():
+        for p in w.model.parameters():
+            p.zero_()
+    w.load(f"{out}/ckpt/state.pt")
+    again = {k: v for b in w.iter_full_state(1 << 20) for k, v in b}
+    assert all(torch.equal(again[k], v) for k, v in state.items())
+    torch.save((rank, c.dp_idx, c.tp_idx, c.pp_idx, st["loss"], w.params_held, state if rank == 0 else None,
+                st["grad_norm"]),
+               f"{out}/rank{rank}.pt")
+    w.shutdown()
+
+
+def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out, recompute: bool = False) -> dict:
+    world = dp * tp * pp
+    ctx = mp.get_context("spawn")
+    port = _port()
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model, dp, tp, pp, sharding, recompute, str(out))) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(600)
+    codes = [p.exitcode for p in procs]
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+    assert codes == [0] * world, codes
+    got = sorted(torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(world))
+    # the global loss: each dp replica's share once (tp ranks repeat it; pp: the last stage's, broadcast)
+    loss = sum(g[4] for g in got if g[2] == 0 and g[3] == 0)
+    return {"loss": loss, "params": [g[5] for g in got], "state": got[0][6], "grad_norm": [g[7] for g in got]}
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model):
+    from trainer.workers import TrainWorker
+
+    w = TrainWorker(str(tiny_model), 0, 1, _port(), ALGO, MICRO)
+    before = {k: v.clone() for k, v in w.state_items()}
+    batch = _batch()
+    w.accumulate(batch, len(batch), n_micro=4, last=True)
+    st = w.apply()
+    return {"loss": st["loss"], "state": dict(w.state_items()), "before": before, "params": w.params_held,
+            "grad_norm": st["grad_norm"]}
+
+
+@pytest.mark.parametrize("dp,tp,pp,sharding,recompute", [
+    (1, 2, 1, "none", False), (1, 1, 2, "none", False), (2, 1, 1, "zero3", False),
+    (2, 2, 1, "zero2", False), (2, 1, 2, "zero1", True)])  # the last two: mixed layouts
+def test_layout_matches_single_rank(reference, tiny_model, tmp_path, dp, tp, pp, sharding, recompute):
+    got = run_layout(str(tiny_model), dp, tp, pp, sharding, tmp_path, recompute)
+    ref = reference["state"]
+    assert set(got["state"]) == set(ref)  # HF naming, tied lm_head included
+    assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-6)
+    # the full gradient's norm on every rank: a gradient summed twice, scaled or missing a shard shows here
+    assert got["grad_norm"] == pytest.approx([reference["grad_norm"]] * len(got["grad_norm"]), rel=1e-5)
+    moved = 0
+    for k, v in ref.items():
+        # Adam's first step is lr * g / (|g| + eps): about lr * sign(g), so fp32 rounding of a gradient
+        # element near zero can move its update by a fraction of lr; a wrong gradient moves it by ~2 lr
+        torch.testing.assert_close(got["state"][k], v, rtol=0, atol=0.05 * ALGO["lr"], msg=k)
+        moved += not torch.equal(v, reference["before"][k])
+    assert moved > len(ref) // 2  # the update changed the weights, so agreeing is not trivial
+    full = reference["params"]
+    if tp * pp > 1 or sharding == "zero3":  # each rank holds about half of the model
+        assert all(0.4 * full < n < 0.62 * full for n in got["params"]), (got["params"], full)
+    else:
+        assert got["params"] == [full] * (dp * tp * pp)
+
+
+def test_stage_bounds():
+    assert PL.stage_bounds(2, 2) == [(0, 1), (1, 2)]
+    assert PL.stage_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert PL.stage_bounds(4, 1) == [(0, 4)]
+    with pytest.raises(ValueError):
+        PL.stage_bounds(2, 3)
+
+
+def test_coords_order_tp_innermost():
+    # rank = (pp * dp + dp_idx) * tp + tp_idx
+    c = PL.Coords.of(5, dp=2, tp=2, pp=2)
+    assert (c.pp_idx, c.dp_idx, c.tp_idx) == (1, 0, 1)
+    assert c.rank(pp_idx=0) == 1 and c.rank(dp_idx=1) == 7
