@@ -24,9 +24,10 @@ import numpy as np
 from mosearch import decide, results
 from mosearch.decide import Limits
 from mosearch.planner import checkpoint as ckpt
-from mosearch.planner import seeding
+from mosearch.planner import algorithms, seeding
 from mosearch.planner.hv import scale_for
 from mosearch.planner.search import SearchResult, SearchSettings, run_search
+from mosearch.planner.structured import StructuredSeeds
 from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
 
@@ -191,6 +192,10 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     checkpointer = ckpt.Checkpointer(ck_dir, run_id, checkpoint_every)
     corners = seeding.Corners(problem, seed=settings.seed)
     seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
+    if settings.algorithm == algorithms.DEFAULT:  # the baselines run as published, unseeded
+        structured = StructuredSeeds(problem, seed=settings.seed)
+        corners.evaluations += structured.evaluations
+        seeds_X = np.vstack([seeds_X, structured.seeds()])
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
     result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state)
     if len(result.F) == 0:

@@ -1,0 +1,283 @@
+"""Pool-level decomposition: structured heterogeneous plans that seed MaOEA-CS (an extension).
+
+On a mixed cluster the plans that matter have structure: which pools train, which generate
+(and with what engine TP each), which do both; then the training layout; then the execution
+mode and its knobs. Variation on the flat vector seldom moves a whole pool from one role to
+another, and the corner grid only tries whole-cluster role splits, so on a cluster such as
+H100 + A10G + RTX-4090 the search used to stay with colocated H100 plans while plans that
+train on most H100s and generate everywhere else are far faster. This module builds those
+plans directly, stage by stage, each stage one vectorised call to the model:
+
+1. roles: each pool trains on 0, 1/4, 1/2, 3/4 or all of its GPUs (`SHARES`); the rest of the
+   pool generates or stays off; colocated plans share the training GPUs instead;
+2. training layout per training footprint: every layout of `layouts()` (TP x PP x sharding x
+   micro-batch x recomputation x optimizer offload) is scored on the footprint alone; the
+   fastest that fits memory is kept (runners-up for stage 5);
+3. engine TP per pool and GPU count: the fastest TP whose engine holds the KV cache of a longest
+   sample, the pool generating alone;
+4. every footprint x execution mode (disaggregated with 1 or 4 chunks, async with k = 1 and the
+   largest k, colocated) with those choices;
+5. refinement: the best plans (fastest within each cost level) get every single-knob change of
+   the global variables and of each pool's engine TP, twice.
+
+Everything is scored by the placement problem itself, so the seeds are real plans with the
+model's objectives; MaOEA-CS starts from them (with the corner seeds) and its archive keeps
+every feasible non-dominated one. Large clusters (many pools) sample the role combinations
+(`MAX_TRAIN_FOOTPRINTS`, `MAX_COMBOS`), so the stage's cost stays bounded.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from mosearch.planner.archive import non_dominated_mask
+from problems.placement.encoding import SHARDINGS
+
+SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
+MAX_TRAIN_FOOTPRINTS = 600  # training footprints scored with every layout (sampled above this)
+MAX_COMBOS = 30000  # footprint x mode plans of stage 4 (sampled above this)
+REFINE_BASES = 60  # plans refined per round in stage 5
+REFINE_ROUNDS = 2
+KEEP_LAYOUTS = 3  # layouts kept per training footprint for the refinement
+KV_FRAC = 0.9  # vLLM's default gpu_memory_utilization
+LOG2_SEQS = 8  # vLLM's default max_num_seqs, 256
+_Z2, _Z3 = SHARDINGS.index("zero2"), SHARDINGS.index("zero3")
+
+
+def train_counts(n: int) -> list[int]:
+    return sorted({int(round(n * s)) for s in SHARES})
+
+
+def layouts(L) -> np.ndarray:
+    """(n, 6) training layouts: tp idx, pp idx, sharding, log2 micro-batch, recompute, offload.
+    ZeRO-2 stands for the unsharded states too (same collectives, smaller optimizer shards)."""
+    pp = range(min(3, len(L.pp_options)))  # PP 1, 2, 4
+    return np.array(list(itertools.product(range(len(L.tp_options)), pp, (_Z2, _Z3), (0, 2), (0, 1), (0, 1))),
+                    dtype=float)
+
+
+LAYOUT_NAMES = ("train_tp_idx", "train_pp_idx", "sharding", "log2_micro_batch", "recompute", "optimizer_offload")
+
+
+def _blank(L, n: int, *, kv: float, route: int) -> np.ndarray:
+    X = np.zeros((n, L.n_var))
+    X[:, L.g("kv_mem_frac")] = kv
+    X[:, L.g("log2_max_num_seqs")] = LOG2_SEQS
+    X[:, L.g("sync_route")] = route
+    return X
+
+
+def _sample_rows(n: int, cap: int, rng: np.random.Generator, keep_first: int = 0) -> np.ndarray:
+    if n <= cap:
+        return np.arange(n)
+    rest = rng.choice(np.arange(keep_first, n), size=cap - keep_first, replace=False)
+    return np.sort(np.concatenate([np.arange(keep_first), rest]))
+
+
+def _rollout_sizes(n: int) -> list[int]:
+    """GPU counts a pool may generate on: all of them up to 64, else powers of two and the
+    complements of the training shares."""
+    if n <= 64:
+        return list(range(1, n + 1))
+    pow2 = [1 << j for j in range(n.bit_length()) if (1 << j) <= n]
+    return sorted(set(pow2) | ({n - t for t in train_counts(n)} - {0}))
+
+
+class StructuredSeeds:
+    """Runs the five stages on construction; `X`, `F`, `ok` hold every full plan scored."""
+
+    def __init__(self, problem, seed: int = 0):
+        self.problem = problem
+        self.L = problem.layout
+        self.rng = np.random.default_rng(seed)
+        self.max_mem = float(problem.limits.get("max_mem_frac") or 1.0)
+        self.kv = min(KV_FRAC, self.max_mem)
+        self.route = 1 if len(problem.cluster.regions) > 1 else 0
+        self.evaluations = 0
+        self._train_stage()
+        self._rollout_stage()
+        X = self._combine_stage()
+        self.X, self.F, self.ok = self._score(X)
+        for _ in range(REFINE_ROUNDS):
+            self._refine()
+
+    # ------------------------------------------------------------ scoring
+    def _eval(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        self.evaluations += len(X)
+        return self.problem.evaluate_matrix(X)
+
+    def _score(self, X: np.ndarray):
+        R = self.L.repair(X)
+        r = self._eval(R)
+        F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+        return R, F, r["feasible"] > 0
+
+    # ------------------------------------------------------------ stage 1 + 2: training footprints and layouts
+    def _train_stage(self) -> None:
+        L, P = self.L, self.L.n_pools
+        per_pool = [train_counts(int(n)) for n in L.counts]
+        T = np.array([t for t in itertools.product(*per_pool) if any(t)], dtype=float)
+        # the single-pool and whole-cluster footprints always stay when sampling
+        first = np.flatnonzero((T > 0).sum(axis=1) == 1)
+        T = np.vstack([T[first], np.delete(T, first, axis=0)])
+        T = T[_sample_rows(len(T), MAX_TRAIN_FOOTPRINTS, self.rng, keep_first=min(len(first), MAX_TRAIN_FOOTPRINTS))]
+        lay = layouts(L)
+        n = len(T) * len(lay)
+        # scored colocated with 1-GPU engines and the smallest KV share: the training time of a
+        # footprint does not depend on the mode (one chunk), and the rollout's memory stays low
+        X = _blank(L, n, kv=0.3, route=self.route)
+        X[:, L.g("log2_max_num_seqs")] = 3
+        X[:, :P] = np.repeat(T, len(lay), axis=0)
+        X[:, P:2 * P] = X[:, :P]
+        for j, name in enumerate(LAYOUT_NAMES):
+            X[:, L.g(name)] = np.tile(lay[:, j], len(T))
+        R = L.repair(X)
+        r = self._eval(R)
+        fits = (r["peak_mem_frac"] <= self.max_mem) & (r["structure"] <= 0)
+        R, train_s = R[fits], r["train_s"][fits]
+        t_rows = R[:, P:2 * P]
+        cols = [L.g(nm) for nm in LAYOUT_NAMES]
+        keys, inv = np.unique(t_rows, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        order = np.lexsort((train_s, inv))
+        rank = np.empty(len(order), dtype=int)
+        starts = np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]
+        counts = np.diff(np.r_[starts, len(order)])
+        rank[order] = np.arange(len(order)) - np.repeat(starts, counts)
+        self.t_vectors = keys  # (nT, P) training GPUs per pool
+        self.t_layouts = np.full((len(keys), KEEP_LAYOUTS, len(cols)), np.nan)
+        self.t_time = np.full((len(keys), KEEP_LAYOUTS), np.inf)
+        keep = rank < KEEP_LAYOUTS
+        self.t_layouts[inv[keep], rank[keep]] = R[keep][:, cols]
+        self.t_time[inv[keep], rank[keep]] = train_s[keep]
+
+    # ------------------------------------------------------------ stage 3: engine TP per pool and GPU count
+    def _rollout_stage(self) -> None:
+        L, P = self.L, self.L.n_pools
+        rows, meta = [], []
+        for i in range(P):
+            n = int(L.counts[i])
+            sizes = _rollout_sizes(n)
+            for c in sizes:
+                for k in range(int(L.rtp_n[i])):
+                    if L.rtp_options[i, k] <= c:
+                        rows.append((i, c, k))
+        X = _blank(L, len(rows), kv=self.kv, route=self.route)
+        for j, (i, c, k) in enumerate(rows):
+            X[j, i] = c
+            X[j, P + i] = c
+            X[j, 2 * P + i] = k
+        r = self._eval(L.repair(X))
+        score = np.where(r["kv_shortfall"] <= 0, r["rollout_s"], np.inf)
+        self.best_rtp: dict[tuple[int, int], list[int]] = {}
+        for (i, c, k), s in zip(rows, score):
+            self.best_rtp.setdefault((i, c), []).append((s, k))
+        self.best_rtp = {key: [k for s, k in sorted(v) if np.isfinite(s)] or [0] for key, v in self.best_rtp.items()}
+
+    def _rtp_idx(self, i: int, c: int, choice: int = 0) -> int:
+        sizes = [s for s in _rollout_sizes(int(self.L.counts[i])) if s <= c]
+        opts = self.best_rtp.get((i, sizes[-1])) if sizes else None
+        if not opts:
+            return 0
+        return opts[min(choice, len(opts) - 1)]
+
+    # ------------------------------------------------------------ stage 4: footprints x modes
+    def _modes(self) -> list[tuple[int, int, int]]:
+        K = self.L.max_staleness
+        m = [(1, 0, 0), (1, 0, 2)]  # disaggregated, 1 and 4 chunks
+        if K >= 1:
+            m += [(2, 1, 0), (2, K, 0)] if K > 1 else [(2, 1, 0)]
+        return m
+
+    def _combine_stage(self) -> np.ndarray:
+        L, P = self.L, self.L.n_pools
+        feet = []  # (t-vector index, roll vector)
+        for a, t in enumerate(self.t_vectors):
+            if not np.isfinite(self.t_time[a, 0]):
+                continue
+            free = (L.counts - t).astype(int)
+            idx = np.flatnonzero(free > 0)
+            for mask in itertools.product((0, 1), repeat=len(idx)):
+                if not any(mask):
+                    continue
+                r = np.zeros(P, dtype=int)
+                r[idx] = free[idx] * np.array(mask)
+                feet.append((a, r))
+        modes = self._modes()
+        rows = [(f, m) for f in range(len(feet)) for m in range(len(modes))]
+        rows = [rows[j] for j in _sample_rows(len(rows), MAX_COMBOS, self.rng)]
+        colo = [a for a in range(len(self.t_vectors)) if np.isfinite(self.t_time[a, 0])]
+        X = _blank(L, len(rows) + len(colo), kv=self.kv, route=self.route)
+        for j, (f, m) in enumerate(rows):
+            a, r = feet[f]
+            self._fill(X[j], self.t_vectors[a], r, self.t_layouts[a, 0], modes[m])
+        for j, a in enumerate(colo, start=len(rows)):
+            t = self.t_vectors[a]
+            self._fill(X[j], t, t, self.t_layouts[a, 0], (0, 0, 0))
+        return X
+
+    def _fill(self, x: np.ndarray, t, r, layout, mode, rtp_choice: int = 0) -> None:
+        L, P = self.L, self.L.n_pools
+        x[:P] = r
+        x[P:2 * P] = t
+        x[2 * P:3 * P] = [self._rtp_idx(i, r[i], rtp_choice) if r[i] > 0 else 0 for i in range(P)]
+        for j, name in enumerate(LAYOUT_NAMES):
+            x[L.g(name)] = layout[j]
+        x[L.g("mode")], x[L.g("staleness_bound")], x[L.g("log2_pipeline_chunks")] = mode
+
+    # ------------------------------------------------------------ stage 5: single-knob refinement
+    def _bases(self) -> np.ndarray:
+        ok = np.flatnonzero(self.ok)
+        if len(ok) == 0:
+            return ok
+        F = self.F[ok]
+        # fastest within each cost level: the (throughput, cost) front, then the fastest overall
+        front = ok[non_dominated_mask(F[:, :2])]
+        fast = ok[np.argsort(F[:, 0], kind="stable")[:REFINE_BASES // 3]]
+        bases = np.unique(np.concatenate([front, fast]))
+        if len(bases) > REFINE_BASES:
+            order = np.argsort(self.F[bases, 0], kind="stable")
+            bases = bases[np.sort(order[_sample_rows(len(order), REFINE_BASES, self.rng, keep_first=REFINE_BASES // 3)])]
+        return bases
+
+    def _refine(self) -> None:
+        L, P = self.L, self.L.n_pools
+        B = self.X[self._bases()]
+        if len(B) == 0:
+            return
+        xl, xu = L.bounds()
+        variants = []
+        for name in ("log2_max_num_seqs", "train_tp_idx", "train_pp_idx", "sharding", "log2_micro_batch",
+                     "recompute", "optimizer_offload", "mode", "staleness_bound", "log2_pipeline_chunks", "sync_route"):
+            j = L.g(name)
+            for v in range(int(xl[j]), int(xu[j]) + 1):
+                V = B.copy()
+                V[:, j] = v
+                variants.append(V)
+        j = L.g("kv_mem_frac")
+        for v in (0.5, 0.7, 0.8, 0.95):
+            if v <= self.max_mem:
+                V = B.copy()
+                V[:, j] = v
+                variants.append(V)
+        for i in range(P):  # each pool's engine TP, every option
+            for k in range(int(L.rtp_n[i])):
+                V = B.copy()
+                V[:, 2 * P + i] = k
+                variants.append(V)
+        R, F, ok = self._score(np.vstack(variants))
+        self.X, self.F, self.ok = np.vstack([self.X, R]), np.vstack([self.F, F]), np.concatenate([self.ok, ok])
+
+    # ------------------------------------------------------------ results
+    def seeds(self) -> np.ndarray:
+        """Feasible non-dominated plans among everything scored (distinct vectors)."""
+        ok = np.flatnonzero(self.ok)
+        nd = ok[non_dominated_mask(self.F[ok])]
+        return np.unique(self.X[nd], axis=0)
+
+    def best_within(self, max_cost: float | None = None) -> float:
+        """Fastest feasible throughput scored here within a budget (0 when none)."""
+        m = self.ok & (self.F[:, 1] <= (np.inf if max_cost is None else max_cost))
+        return float(-self.F[m, 0].min()) if m.any() else 0.0
