@@ -15,15 +15,19 @@ plans directly, stage by stage, each stage one vectorised call to the model:
    fastest that fits memory is kept (runners-up for stage 5);
 3. engine TP per pool and GPU count: the fastest TP whose engine holds the KV cache of a longest
    sample, the pool generating alone;
-4. every footprint x execution mode (disaggregated with 1 or 4 chunks, async with k = 1 and the
-   largest k, colocated) with those choices;
+4. pairs of a training and a generating footprint (quarter shares of each pool, disjoint): the
+   estimate samples / max(training time, rollout time), an optimistic estimate,
+   picks the pairs near the best estimate at each GPU cost; each is scored in every mode
+   (disaggregated with 1 or 4 chunks, async with k = 1 and the largest k), and every training
+   footprint colocated;
 5. refinement: the best plans (fastest within each cost level) get every single-knob change of
-   the global variables and of each pool's engine TP, twice.
+   the global variables and of each pool's engine TP, and moves of a few GPUs, engines or
+   replicas per pool (`REFINE_ROUNDS` rounds).
 
 Everything is scored by the placement problem itself, so the seeds are real plans with the
 model's objectives; MaOEA-CS starts from them (with the corner seeds) and its archive keeps
-every feasible non-dominated one. Large clusters (many pools) sample the role combinations
-(`MAX_TRAIN_FOOTPRINTS`, `MAX_COMBOS`), so the stage's cost stays bounded.
+every feasible non-dominated one. Large clusters (many pools) sample the footprints
+(`MAX_TRAIN_FOOTPRINTS`) and cap the pairs (`MAX_PAIRS`), so the stage's cost stays bounded.
 """
 
 from __future__ import annotations
@@ -32,14 +36,17 @@ import itertools
 
 import numpy as np
 
-from mosearch.planner.archive import non_dominated_mask
 from problems.placement.encoding import SHARDINGS
 
 SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
-MAX_TRAIN_FOOTPRINTS = 600  # training footprints scored with every layout (sampled above this)
-MAX_COMBOS = 30000  # footprint x mode plans of stage 4 (sampled above this)
-REFINE_BASES = 60  # plans refined per round in stage 5
-REFINE_ROUNDS = 2
+# Caps on the footprints and pairs scored: a model call costs about in proportion to the pools,
+# so the caps shrink as pools grow and the stage takes a few seconds on any cluster.
+MAX_TRAIN_FOOTPRINTS = 600  # training (and generating) footprints, sampled above this
+MAX_PAIRS = 6000  # (training, generating) footprint pairs of stage 4 scored with each mode
+POOL_WORK = 360_000  # footprint cap x layouts x pools
+PAIR_SLACK = 0.05  # pairs kept: estimate within 5% of the best estimate at that cost or below
+REFINE_BASES = 60  # plans refined per round in stage 5 (fewer with many pools)
+REFINE_ROUNDS = 4
 KEEP_LAYOUTS = 3  # layouts kept per training footprint for the refinement
 KV_FRAC = 0.9  # vLLM's default gpu_memory_utilization
 LOG2_SEQS = 8  # vLLM's default max_num_seqs, 256
@@ -76,6 +83,31 @@ def _sample_rows(n: int, cap: int, rng: np.random.Generator, keep_first: int = 0
     return np.sort(np.concatenate([np.arange(keep_first), rest]))
 
 
+def share_grid(counts: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
+    """Footprints: every pool at a share of `SHARES` of its GPUs, not all zero. All of them when
+    there are at most `cap`; else the single-pool ones, the whole cluster and random others."""
+    per_pool = [train_counts(int(n)) for n in counts]
+    total = int(np.prod([float(len(o)) for o in per_pool]))
+    if total - 1 <= cap:
+        return np.array([t for t in itertools.product(*per_pool) if any(t)], dtype=float)
+    P = len(counts)
+    fixed = [np.asarray(counts, dtype=float)]
+    for i in range(P):
+        for c in per_pool[i][1:]:
+            v = np.zeros(P)
+            v[i] = c
+            fixed.append(v)
+    fixed = np.array(fixed)[:cap]
+    pick = np.array([[o[j] for o, j in zip(per_pool, rng.integers(0, len(SHARES), P) % np.array([len(o) for o in per_pool]))]
+                     for _ in range(2 * cap)], dtype=float)
+    pick = pick[pick.any(axis=1)]
+    out = np.unique(np.vstack([fixed, pick]), axis=0)
+    if len(out) > cap:
+        rest = np.array([not any((row == f).all() for f in fixed) for row in out])
+        out = np.vstack([fixed, out[rest][rng.choice(rest.sum(), size=max(0, cap - len(fixed)), replace=False)]])
+    return out
+
+
 def _rollout_sizes(n: int) -> list[int]:
     """GPU counts a pool may generate on: all of them up to 64, else powers of two and the
     complements of the training shares."""
@@ -83,6 +115,15 @@ def _rollout_sizes(n: int) -> list[int]:
         return list(range(1, n + 1))
     pow2 = [1 << j for j in range(n.bit_length()) if (1 << j) <= n]
     return sorted(set(pow2) | ({n - t for t in train_counts(n)} - {0}))
+
+
+def front_2d(f0: np.ndarray, f1: np.ndarray) -> np.ndarray:
+    """Rows non-dominated in two minimised objectives, O(n log n): by f1, then f0, each row that
+    improves on the best f0 so far."""
+    order = np.lexsort((f0, f1))
+    best = np.minimum.accumulate(f0[order])
+    improves = np.r_[True, f0[order][1:] < best[:-1]]
+    return np.sort(order[improves])
 
 
 class StructuredSeeds:
@@ -96,6 +137,10 @@ class StructuredSeeds:
         self.kv = min(KV_FRAC, self.max_mem)
         self.route = 1 if len(problem.cluster.regions) > 1 else 0
         self.evaluations = 0
+        P = self.L.n_pools
+        self.n_feet = int(np.clip(POOL_WORK / (len(layouts(self.L)) * P), 24, MAX_TRAIN_FOOTPRINTS))
+        self.n_pairs = int(np.clip(MAX_PAIRS * 3 / max(P, 3), 500, MAX_PAIRS))
+        self.n_bases = int(np.clip(REFINE_BASES * 4 / max(P, 4), 8, REFINE_BASES))
         self._train_stage()
         self._rollout_stage()
         X = self._combine_stage()
@@ -117,12 +162,7 @@ class StructuredSeeds:
     # ------------------------------------------------------------ stage 1 + 2: training footprints and layouts
     def _train_stage(self) -> None:
         L, P = self.L, self.L.n_pools
-        per_pool = [train_counts(int(n)) for n in L.counts]
-        T = np.array([t for t in itertools.product(*per_pool) if any(t)], dtype=float)
-        # the single-pool and whole-cluster footprints always stay when sampling
-        first = np.flatnonzero((T > 0).sum(axis=1) == 1)
-        T = np.vstack([T[first], np.delete(T, first, axis=0)])
-        T = T[_sample_rows(len(T), MAX_TRAIN_FOOTPRINTS, self.rng, keep_first=min(len(first), MAX_TRAIN_FOOTPRINTS))]
+        T = share_grid(L.counts, self.n_feet, self.rng)
         lay = layouts(L)
         n = len(T) * len(lay)
         # scored colocated with 1-GPU engines and the smallest KV share: the training time of a
@@ -191,31 +231,55 @@ class StructuredSeeds:
             m += [(2, 1, 0), (2, K, 0)] if K > 1 else [(2, 1, 0)]
         return m
 
-    def _combine_stage(self) -> np.ndarray:
+    def _rollout_footprints(self) -> None:
+        """Generating footprints (quarter shares of each pool) with each pool's best engine TP,
+        scored once: their bulk and tail times do not depend on the training side."""
         L, P = self.L, self.L.n_pools
-        feet = []  # (t-vector index, roll vector)
-        for a, t in enumerate(self.t_vectors):
-            if not np.isfinite(self.t_time[a, 0]):
-                continue
-            free = (L.counts - t).astype(int)
-            idx = np.flatnonzero(free > 0)
-            for mask in itertools.product((0, 1), repeat=len(idx)):
-                if not any(mask):
-                    continue
-                r = np.zeros(P, dtype=int)
-                r[idx] = free[idx] * np.array(mask)
-                feet.append((a, r))
+        Rv = share_grid(L.counts, self.n_feet, self.rng)
+        X = _blank(L, len(Rv), kv=self.kv, route=self.route)
+        X[:, :P] = Rv
+        X[:, P:2 * P] = Rv  # colocated with 1-GPU replicas: the engines alone decide the rollout times
+        X[:, 2 * P:3 * P] = [[self._rtp_idx(i, r[i]) if r[i] > 0 else 0 for i in range(P)] for r in Rv.astype(int)]
+        R = L.repair(X)
+        r = self._eval(R)
+        ok = r["kv_shortfall"] <= 0
+        self.r_vectors = R[ok][:, :P]
+        K = max(1, L.max_staleness)
+        self.r_time = np.maximum(r["rollout_bulk_s"], r["rollout_tail_s"] / (K + 1))[ok]
+
+    def _combine_stage(self) -> np.ndarray:
+        """Footprint pairs (training, generating) that fit the cluster, kept where their estimated
+        throughput, samples / max(training time, rollout time), is within `PAIR_SLACK` of the
+        best estimate at their GPU cost or below; each kept pair x mode is a plan."""
+        L, P = self.L, self.L.n_pools
+        self._rollout_footprints()
+        price = np.array([pool.gpu.price_usd_h for pool in self.problem.cluster.pools])
+        live = np.flatnonzero(np.isfinite(self.t_time[:, 0]))
+        T, Rv = self.t_vectors[live], self.r_vectors
+        S = float(self.problem.workload.samples_per_step)
+        fits = (T[:, None, :] + Rv[None, :, :] <= L.counts[None, None, :]).all(axis=2)
+        a, b = np.nonzero(fits)
+        est = S / np.maximum(self.t_time[live[a], 0], self.r_time[b])
+        cost = T[a] @ price + Rv[b] @ price
+        order = np.lexsort((-est, cost))
+        best = np.maximum.accumulate(est[order])
+        keep = order[est[order] >= (1 - PAIR_SLACK) * best]
+        if len(keep) > self.n_pairs:  # the closest to the running best first
+            rank = np.empty(len(order), dtype=int)
+            rank[order] = np.arange(len(order))
+            gap = est[keep] / best[rank[keep]]
+            keep = keep[np.argsort(-gap, kind="stable")[:self.n_pairs]]
         modes = self._modes()
-        rows = [(f, m) for f in range(len(feet)) for m in range(len(modes))]
-        rows = [rows[j] for j in _sample_rows(len(rows), MAX_COMBOS, self.rng)]
-        colo = [a for a in range(len(self.t_vectors)) if np.isfinite(self.t_time[a, 0])]
-        X = _blank(L, len(rows) + len(colo), kv=self.kv, route=self.route)
-        for j, (f, m) in enumerate(rows):
-            a, r = feet[f]
-            self._fill(X[j], self.t_vectors[a], r, self.t_layouts[a, 0], modes[m])
-        for j, a in enumerate(colo, start=len(rows)):
-            t = self.t_vectors[a]
-            self._fill(X[j], t, t, self.t_layouts[a, 0], (0, 0, 0))
+        n_pair = len(keep)
+        colo = live
+        X = _blank(L, n_pair * len(modes) + len(colo), kv=self.kv, route=self.route)
+        for j, q in enumerate(keep):
+            t_i = live[a[q]]
+            for m, mode in enumerate(modes):
+                self._fill(X[j * len(modes) + m], self.t_vectors[t_i], Rv[b[q]].astype(int), self.t_layouts[t_i, 0], mode)
+        for j, t_i in enumerate(colo, start=n_pair * len(modes)):
+            t = self.t_vectors[t_i]
+            self._fill(X[j], t, t.astype(int), self.t_layouts[t_i, 0], (0, 0, 0))
         return X
 
     def _fill(self, x: np.ndarray, t, r, layout, mode, rtp_choice: int = 0) -> None:
@@ -234,12 +298,12 @@ class StructuredSeeds:
             return ok
         F = self.F[ok]
         # fastest within each cost level: the (throughput, cost) front, then the fastest overall
-        front = ok[non_dominated_mask(F[:, :2])]
-        fast = ok[np.argsort(F[:, 0], kind="stable")[:REFINE_BASES // 3]]
+        front = ok[front_2d(F[:, 0], F[:, 1])]
+        fast = ok[np.argsort(F[:, 0], kind="stable")[:self.n_bases // 3]]
         bases = np.unique(np.concatenate([front, fast]))
-        if len(bases) > REFINE_BASES:
+        if len(bases) > self.n_bases:
             order = np.argsort(self.F[bases, 0], kind="stable")
-            bases = bases[np.sort(order[_sample_rows(len(order), REFINE_BASES, self.rng, keep_first=REFINE_BASES // 3)])]
+            bases = bases[np.sort(order[_sample_rows(len(order), self.n_bases, self.rng, keep_first=self.n_bases // 3)])]
         return bases
 
     def _refine(self) -> None:
@@ -267,15 +331,31 @@ class StructuredSeeds:
                 V = B.copy()
                 V[:, 2 * P + i] = k
                 variants.append(V)
+        # GPU counts: a pool's generating GPUs by a few GPUs or engines, its training GPUs by one or
+        # two replicas (what a budget between two role splits buys)
+        rtp = np.take_along_axis(L.rtp_options, B[:, 2 * P:3 * P].astype(int).T, axis=1).T
+        rep = (L.tp_options[B[:, L.g("train_tp_idx")].astype(int)] * L.pp_options[B[:, L.g("train_pp_idx")].astype(int)])
+        for i in range(P):
+            for step in (1, 2, 4, -1, -2, -4):
+                for col, unit in ((i, rtp[:, i]), (P + i, rep)):
+                    V = B.copy()
+                    V[:, col] += step * unit if abs(step) <= 2 else step
+                    if col == i and (B[:, L.g("mode")] == 0).any():  # colocated: the shared GPUs move together
+                        c = B[:, L.g("mode")] == 0
+                        V[c, P + i] = V[c, i]
+                    variants.append(V)
         R, F, ok = self._score(np.vstack(variants))
         self.X, self.F, self.ok = np.vstack([self.X, R]), np.vstack([self.F, F]), np.concatenate([self.ok, ok])
 
     # ------------------------------------------------------------ results
     def seeds(self) -> np.ndarray:
-        """Feasible non-dominated plans among everything scored (distinct vectors)."""
+        """Feasible plans on the fronts of throughput against each other objective, and of cost
+        against memory (two-objective fronts: O(n log n) where the four-objective front of tens of
+        thousands of plans is not); the search's archive keeps the non-dominated ones."""
         ok = np.flatnonzero(self.ok)
-        nd = ok[non_dominated_mask(self.F[ok])]
-        return np.unique(self.X[nd], axis=0)
+        F = self.F[ok]
+        rows = [front_2d(F[:, a], F[:, b]) for a, b in ((0, 1), (0, 2), (0, 3), (1, 2))]
+        return np.unique(self.X[ok[np.unique(np.concatenate(rows))]], axis=0)
 
     def best_within(self, max_cost: float | None = None) -> float:
         """Fastest feasible throughput scored here within a budget (0 when none)."""
