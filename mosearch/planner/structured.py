@@ -120,6 +120,8 @@ def _rollout_sizes(n: int) -> list[int]:
 def front_2d(f0: np.ndarray, f1: np.ndarray) -> np.ndarray:
     """Rows non-dominated in two minimised objectives, O(n log n): by f1, then f0, each row that
     improves on the best f0 so far."""
+    if len(f0) == 0:
+        return np.zeros(0, dtype=int)
     order = np.lexsort((f0, f1))
     best = np.minimum.accumulate(f0[order])
     improves = np.r_[True, f0[order][1:] < best[:-1]]
