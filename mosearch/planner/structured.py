@@ -18,7 +18,7 @@ plans directly, stage by stage, each stage one vectorised call to the model:
 4. pairs of a training and a generating footprint (quarter shares of each pool, disjoint): the
    estimate samples / max(training time, rollout time), an optimistic estimate,
    picks the pairs near the best estimate at each GPU cost; each is scored in every mode
-   (disaggregated with 1 or 4 chunks, async with k = 1 and the largest k), and every training
+   (disaggregated with 4 chunks, async with k = 1 and the largest k), and every training
    footprint colocated;
 5. refinement: the best plans (fastest within each cost level) get every single-knob change of
    the global variables and of each pool's engine TP, and moves of a few GPUs, engines or
@@ -42,10 +42,10 @@ SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 # Caps on the footprints and pairs scored: a model call costs about in proportion to the pools,
 # so the caps shrink as pools grow and the stage takes a few seconds on any cluster.
 MAX_TRAIN_FOOTPRINTS = 600  # training (and generating) footprints, sampled above this
-MAX_PAIRS = 6000  # (training, generating) footprint pairs of stage 4 scored with each mode
+MAX_PAIRS = 10000  # (training, generating) footprint pairs of stage 4 scored with each mode
 POOL_WORK = 360_000  # footprint cap x layouts x pools
 PAIR_SLACK = 0.05  # pairs kept: estimate within 5% of the best estimate at that cost or below
-REFINE_BASES = 60  # plans refined per round in stage 5 (fewer with many pools)
+REFINE_BASES = 150  # plans refined per round in stage 5 (fewer with many pools)
 REFINE_ROUNDS = 4
 KEEP_LAYOUTS = 3  # layouts kept per training footprint for the refinement
 KV_FRAC = 0.9  # vLLM's default gpu_memory_utilization
@@ -83,29 +83,45 @@ def _sample_rows(n: int, cap: int, rng: np.random.Generator, keep_first: int = 0
     return np.sort(np.concatenate([np.arange(keep_first), rest]))
 
 
-def share_grid(counts: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
-    """Footprints: every pool at a share of `SHARES` of its GPUs, not all zero. All of them when
-    there are at most `cap`; else the single-pool ones, the whole cluster and random others."""
-    per_pool = [train_counts(int(n)) for n in counts]
-    total = int(np.prod([float(len(o)) for o in per_pool]))
+def fine_counts(n: int) -> list[int]:
+    """Every count for pools of up to 8 GPUs (a budget often buys an odd number), else the shares."""
+    return list(range(n + 1)) if n <= 8 else train_counts(n)
+
+
+def _grid(per_pool: list[list[int]], cap: int, rng: np.random.Generator) -> np.ndarray:
+    """The product of per-pool options without the all-zero row; `cap` random rows of it when larger."""
+    total = float(np.prod([float(len(o)) for o in per_pool]))
     if total - 1 <= cap:
-        return np.array([t for t in itertools.product(*per_pool) if any(t)], dtype=float)
+        G = np.array(list(itertools.product(*per_pool)), dtype=float).reshape(-1, len(per_pool))
+        return G[G.any(axis=1)]
+    G = np.array([[o[j] for o, j in zip(per_pool, (rng.random(len(per_pool)) * [len(o) for o in per_pool]).astype(int))]
+                  for _ in range(2 * cap)], dtype=float)
+    G = np.unique(G[G.any(axis=1)], axis=0)
+    return G[rng.choice(len(G), size=min(cap, len(G)), replace=False)]
+
+
+def share_grid(counts: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
+    """Footprints, at most `cap`: every pool at a share of `SHARES` of its GPUs (the single-pool
+    ones and the whole cluster always, the others sampled when too many), then finer counts of
+    small pools (`fine_counts`) with what the cap leaves."""
     P = len(counts)
     fixed = [np.asarray(counts, dtype=float)]
     for i in range(P):
-        for c in per_pool[i][1:]:
+        for c in train_counts(int(counts[i]))[1:]:
             v = np.zeros(P)
             v[i] = c
             fixed.append(v)
-    fixed = np.array(fixed)[:cap]
-    pick = np.array([[o[j] for o, j in zip(per_pool, rng.integers(0, len(SHARES), P) % np.array([len(o) for o in per_pool]))]
-                     for _ in range(2 * cap)], dtype=float)
-    pick = pick[pick.any(axis=1)]
-    out = np.unique(np.vstack([fixed, pick]), axis=0)
-    if len(out) > cap:
-        rest = np.array([not any((row == f).all() for f in fixed) for row in out])
-        out = np.vstack([fixed, out[rest][rng.choice(rest.sum(), size=max(0, cap - len(fixed)), replace=False)]])
-    return out
+    fixed = np.unique(np.array(fixed), axis=0)[:cap]
+    coarse = _grid([train_counts(int(n)) for n in counts], max(0, cap - len(fixed)), rng)
+    out = np.unique(np.vstack([fixed, coarse]), axis=0)
+    if len(out) < cap:
+        fine = _grid([fine_counts(int(n)) for n in counts], 4 * cap, rng)
+        known = {tuple(r) for r in out}
+        fine = np.array([r for r in fine if tuple(r) not in known]).reshape(-1, P)
+        if len(fine):
+            fine = fine[rng.permutation(len(fine))[:cap - len(out)]]
+            out = np.vstack([out, fine])
+    return out[:cap] if len(out) > cap else out
 
 
 def _rollout_sizes(n: int) -> list[int]:
@@ -142,7 +158,7 @@ class StructuredSeeds:
         P = self.L.n_pools
         self.n_feet = int(np.clip(POOL_WORK / (len(layouts(self.L)) * P), 24, MAX_TRAIN_FOOTPRINTS))
         self.n_pairs = int(np.clip(MAX_PAIRS * 3 / max(P, 3), 500, MAX_PAIRS))
-        self.n_bases = int(np.clip(REFINE_BASES * 4 / max(P, 4), 8, REFINE_BASES))
+        self.n_bases = int(np.clip(REFINE_BASES * (4 / max(P, 4)) ** 2, 8, REFINE_BASES))
         self._train_stage()
         self._rollout_stage()
         X = self._combine_stage()
@@ -228,7 +244,7 @@ class StructuredSeeds:
     # ------------------------------------------------------------ stage 4: footprints x modes
     def _modes(self) -> list[tuple[int, int, int]]:
         K = self.L.max_staleness
-        m = [(1, 0, 0), (1, 0, 2)]  # disaggregated, 1 and 4 chunks
+        m = [(1, 0, 2)]  # disaggregated with 4 chunks (1 chunk and the rest: stage 5)
         if K >= 1:
             m += [(2, 1, 0), (2, K, 0)] if K > 1 else [(2, 1, 0)]
         return m
