@@ -90,6 +90,8 @@ def fine_counts(n: int) -> list[int]:
 
 def _grid(per_pool: list[list[int]], cap: int, rng: np.random.Generator) -> np.ndarray:
     """The product of per-pool options without the all-zero row; `cap` random rows of it when larger."""
+    if cap <= 0:
+        return np.zeros((0, len(per_pool)))
     total = float(np.prod([float(len(o)) for o in per_pool]))
     if total - 1 <= cap:
         G = np.array(list(itertools.product(*per_pool)), dtype=float).reshape(-1, len(per_pool))
@@ -105,13 +107,14 @@ def share_grid(counts: np.ndarray, cap: int, rng: np.random.Generator) -> np.nda
     ones and the whole cluster always, the others sampled when too many), then finer counts of
     small pools (`fine_counts`) with what the cap leaves."""
     P = len(counts)
-    fixed = [np.asarray(counts, dtype=float)]
-    for i in range(P):
-        for c in train_counts(int(counts[i]))[1:]:
+    fixed = [np.asarray(counts, dtype=float)]  # the whole cluster, each pool whole, then its shares
+    for share in reversed(SHARES[1:]):
+        for i in range(P):
             v = np.zeros(P)
-            v[i] = c
-            fixed.append(v)
-    fixed = np.unique(np.array(fixed), axis=0)[:cap]
+            v[i] = int(round(counts[i] * share))
+            if v[i] > 0 and not any((v == f).all() for f in fixed):
+                fixed.append(v)
+    fixed = np.array(fixed)[:cap]
     coarse = _grid([train_counts(int(n)) for n in counts], max(0, cap - len(fixed)), rng)
     out = np.unique(np.vstack([fixed, coarse]), axis=0)
     if len(out) < cap:

@@ -41,6 +41,10 @@ def test_share_grid_samples_within_its_cap_and_keeps_single_pools():
     G = share_grid(counts, 100, np.random.default_rng(1))
     assert len(G) <= 100 and (G.sum(axis=1) > 0).all()
     assert any((G > 0).sum(axis=1) == 1) and any((G == counts).all(axis=1))
+    many = np.array([16] * 40)  # more single-pool footprints than the cap: the whole cluster first
+    G = share_grid(many, 30, np.random.default_rng(2))
+    whole = (G == many).all(axis=1)
+    assert len(G) == 30 and whole.sum() == 1 and ((G > 0).sum(axis=1) == 1)[~whole].all()
 
 
 def test_structured_seeds_reach_the_structured_reference(tmp_path):
