@@ -213,6 +213,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     if settings.algorithm == algorithms.DEFAULT:  # the baselines run as published, unseeded
         structured = StructuredSeeds(problem, seed=settings.seed)
         corners.evaluations += structured.evaluations
+        corners.structured_evaluations = structured.evaluations
         seeds_X = np.vstack([seeds_X, structured.seeds()])
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
     result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state)
@@ -265,6 +266,7 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "evaluations": result.evaluations + corners.evaluations,
         "search_evaluations": result.evaluations,
         "seeding_evaluations": corners.evaluations,
+        "structured_evaluations": getattr(corners, "structured_evaluations", 0),
         "generations": result.generations,
         "search_wall_s": round(result.wall_s, 3),
         "front_size": len(plans),
