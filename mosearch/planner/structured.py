@@ -12,7 +12,8 @@ plans directly, stage by stage, each stage one vectorised call to the model:
    pool generates or stays off; colocated plans share the training GPUs instead;
 2. training layout per training footprint: every layout of `layouts()` (TP x PP x sharding x
    micro-batch x recomputation x optimizer offload) is scored on the footprint alone; the
-   fastest that fits memory is kept (runners-up for stage 5);
+   fastest that fits memory is kept (runners-up for stage 5), and for colocated plans the one
+   with the least training plus context-switch time;
 3. engine TP per pool and GPU count: the fastest TP whose engine holds the KV cache of a longest
    sample, the pool generating alone;
 4. pairs of a training and a generating footprint (quarter shares of each pool, disjoint): the
@@ -198,6 +199,7 @@ class StructuredSeeds:
         r = self._eval(R)
         fits = (r["peak_mem_frac"] <= self.max_mem) & (r["structure"] <= 0)
         R, train_s = R[fits], r["train_s"][fits]
+        colo_s = train_s + r["switch_s"][fits]  # colocated, the context switch depends on the layout too
         t_rows = R[:, P:2 * P]
         cols = [L.g(nm) for nm in LAYOUT_NAMES]
         keys, inv = np.unique(t_rows, axis=0, return_inverse=True)
@@ -213,6 +215,10 @@ class StructuredSeeds:
         keep = rank < KEEP_LAYOUTS
         self.t_layouts[inv[keep], rank[keep]] = R[keep][:, cols]
         self.t_time[inv[keep], rank[keep]] = train_s[keep]
+        first = np.lexsort((colo_s, inv))
+        first = first[np.r_[True, inv[first][1:] != inv[first][:-1]]]
+        self.t_layout_colo = np.full((len(keys), len(cols)), np.nan)
+        self.t_layout_colo[inv[first]] = R[first][:, cols]
 
     # ------------------------------------------------------------ stage 3: engine TP per pool and GPU count
     def _rollout_stage(self) -> None:
@@ -237,9 +243,13 @@ class StructuredSeeds:
             self.best_rtp.setdefault((i, c), []).append((s, k))
         self.best_rtp = {key: [k for s, k in sorted(v) if np.isfinite(s)] or [0] for key, v in self.best_rtp.items()}
 
-    def _rtp_idx(self, i: int, c: int, choice: int = 0) -> int:
+    def _rtp_idx(self, i: int, c: int, choice: int = 0, divides: bool = False) -> int:
+        """The pool's best engine TP for c generating GPUs (`divides`: only TPs dividing c, as
+        colocated GPUs must hold whole engines)."""
         sizes = [s for s in _rollout_sizes(int(self.L.counts[i])) if s <= c]
         opts = self.best_rtp.get((i, sizes[-1])) if sizes else None
+        if divides and opts:
+            opts = [k for k in opts if c % int(self.L.rtp_options[i, k]) == 0]
         if not opts:
             return 0
         return opts[min(choice, len(opts) - 1)]
@@ -300,14 +310,15 @@ class StructuredSeeds:
                 self._fill(X[j * len(modes) + m], self.t_vectors[t_i], Rv[b[q]].astype(int), self.t_layouts[t_i, 0], mode)
         for j, t_i in enumerate(colo, start=n_pair * len(modes)):
             t = self.t_vectors[t_i]
-            self._fill(X[j], t, t.astype(int), self.t_layouts[t_i, 0], (0, 0, 0))
+            self._fill(X[j], t, t.astype(int), self.t_layout_colo[t_i], (0, 0, 0))
         return X
 
     def _fill(self, x: np.ndarray, t, r, layout, mode, rtp_choice: int = 0) -> None:
         L, P = self.L, self.L.n_pools
         x[:P] = r
         x[P:2 * P] = t
-        x[2 * P:3 * P] = [self._rtp_idx(i, r[i], rtp_choice) if r[i] > 0 else 0 for i in range(P)]
+        colo = mode[0] == 0
+        x[2 * P:3 * P] = [self._rtp_idx(i, r[i], rtp_choice, divides=colo) if r[i] > 0 else 0 for i in range(P)]
         for j, name in enumerate(LAYOUT_NAMES):
             x[L.g(name)] = layout[j]
         x[L.g("mode")], x[L.g("staleness_bound")], x[L.g("log2_pipeline_chunks")] = mode
