@@ -19,11 +19,12 @@ plans directly, stage by stage, each stage one vectorised call to the model:
 4. pairs of a training and a generating footprint (quarter shares of each pool, disjoint): the
    estimate samples / max(training time, rollout time), an optimistic estimate,
    picks the pairs near the best estimate at each GPU cost; each is scored in every mode
-   (disaggregated with 4 chunks, async with k = 1 and the largest k), and every training
-   footprint colocated;
+   (async with the largest k and the footprint's best engine settings of KV share x sequences
+   per engine, disaggregated with 4 chunks, async with k = 1 and the largest k at vLLM's
+   defaults and half the sequences), and every training footprint colocated (both sequence counts);
 5. refinement: the best plans (fastest within each cost level) get every single-knob change of
-   the global variables and of each pool's engine TP, and moves of a few GPUs, engines or
-   replicas per pool (`REFINE_ROUNDS` rounds).
+   the global variables and of each pool's engine TP (also together with max_num_seqs), and
+   moves of a few GPUs, engines or replicas per pool (`REFINE_ROUNDS` rounds).
 
 Everything is scored by the placement problem itself, so the seeds are real plans with the
 model's objectives; MaOEA-CS starts from them (with the corner seeds) and its archive keeps
@@ -257,26 +258,56 @@ class StructuredSeeds:
     # ------------------------------------------------------------ stage 4: footprints x modes
     def _modes(self) -> list[tuple[int, int, int]]:
         K = self.L.max_staleness
-        m = [(1, 0, 2)]  # disaggregated with 4 chunks (1 chunk and the rest: stage 5)
+        m = [(2, K, 0, LOG2_SEQS)] if K >= 1 else []  # first: with the footprint's own engine settings
+        m += [(1, 0, 2, LOG2_SEQS)]  # disaggregated with 4 chunks (1 chunk and the rest: stage 5)
         if K >= 1:
-            m += [(2, 1, 0), (2, K, 0)] if K > 1 else [(2, 1, 0)]
+            # the largest k also with vLLM's default and half the sequences per engine
+            m += [(2, 1, 0, LOG2_SEQS), (2, K, 0, LOG2_SEQS - 1)]
         return m
 
     def _rollout_footprints(self) -> None:
-        """Generating footprints (quarter shares of each pool) with each pool's best engine TP,
-        scored once: their bulk and tail times do not depend on the training side."""
+        """Generating footprints (shares of each pool), scored once: their bulk and tail times do
+        not depend on the training side. Each tries every pool's best engine TP, and each pool's
+        runner-up in turn (the pool's own best alone need not be best beside others: the slowest
+        engine's longest sample bounds the step), with a few engine settings; it keeps the best."""
         L, P = self.L, self.L.n_pools
         Rv = share_grid(L.counts, self.n_feet, self.rng)
-        X = _blank(L, len(Rv), kv=self.kv, route=self.route)
-        X[:, :P] = Rv
-        X[:, P:2 * P] = Rv  # colocated with 1-GPU replicas: the engines alone decide the rollout times
-        X[:, 2 * P:3 * P] = [[self._rtp_idx(i, r[i]) if r[i] > 0 else 0 for i in range(P)] for r in Rv.astype(int)]
+        n = len(Rv)
+        ri = Rv.astype(int)
+        first = np.array([[self._rtp_idx(i, r[i]) if r[i] > 0 else 0 for i in range(P)] for r in ri]).reshape(n, P)
+        second = np.array([[self._rtp_idx(i, r[i], 1) if r[i] > 0 else 0 for i in range(P)] for r in ri]).reshape(n, P)
+        tps = [first]
+        for i in range(P):
+            v = first.copy()
+            v[:, i] = second[:, i]
+            tps.append(v)
+        nV = len(tps)
+        X = _blank(L, nV * n, kv=self.kv, route=self.route)
+        X[:, :P] = np.tile(Rv, (nV, 1))
+        X[:, P:2 * P] = X[:, :P]  # colocated with 1-GPU replicas: the engines alone decide the rollout times
+        X[:, 2 * P:3 * P] = np.vstack(tps)
         R = L.repair(X)
-        r = self._eval(R)
-        ok = r["kv_shortfall"] <= 0
-        self.r_vectors = R[ok][:, :P]
+        same = (R[:, :P] == X[:, :P]).all(axis=1)
         K = max(1, L.max_staleness)
-        self.r_time = np.maximum(r["rollout_bulk_s"], r["rollout_tail_s"] / (K + 1))[ok]
+        # engine settings: KV share and sequences per engine trade the bulk against the tail of
+        # the longest sample
+        settings = [(kv, seqs) for kv in sorted({0.5, self.kv}) for seqs in (LOG2_SEQS, LOG2_SEQS - 1)]
+        times = []
+        for kv, seqs in settings:
+            R[:, L.g("kv_mem_frac")] = kv
+            R[:, L.g("log2_max_num_seqs")] = seqs
+            r = self._eval(R)
+            ok = same & (r["kv_shortfall"] <= 0)
+            times.append(np.where(ok, np.maximum(r["rollout_bulk_s"], r["rollout_tail_s"] / (K + 1)), np.inf))
+        times = np.array(times).reshape(len(settings) * nV, n)  # (setting, variant) x footprint
+        best = np.argmin(times, axis=0)
+        t = times[best, np.arange(n)]
+        ok = np.isfinite(t)
+        s_i, v_i = best // nV, best % nV
+        self.r_vectors = Rv[ok]
+        self.r_time = t[ok]
+        self.r_setting = np.array(settings)[s_i[ok]]
+        self.r_tp = np.array(tps)[v_i[ok], np.flatnonzero(ok)]
 
     def _combine_stage(self) -> np.ndarray:
         """Footprint pairs (training, generating) that fit the cluster, kept where their estimated
@@ -303,14 +334,20 @@ class StructuredSeeds:
         modes = self._modes()
         n_pair = len(keep)
         colo = live
-        X = _blank(L, n_pair * len(modes) + len(colo), kv=self.kv, route=self.route)
+        X = _blank(L, n_pair * len(modes) + 2 * len(colo), kv=self.kv, route=self.route)
         for j, q in enumerate(keep):
             t_i = live[a[q]]
+            kv, seqs = self.r_setting[b[q]]
             for m, mode in enumerate(modes):
-                self._fill(X[j * len(modes) + m], self.t_vectors[t_i], Rv[b[q]].astype(int), self.t_layouts[t_i, 0], mode)
-        for j, t_i in enumerate(colo, start=n_pair * len(modes)):
+                x = X[j * len(modes) + m]
+                self._fill(x, self.t_vectors[t_i], Rv[b[q]].astype(int), self.t_layouts[t_i, 0], mode)
+                x[2 * P:3 * P] = self.r_tp[b[q]]
+                x[L.g("kv_mem_frac")] = kv
+                x[L.g("log2_max_num_seqs")] = seqs if m == 0 else x[L.g("log2_max_num_seqs")]
+        for j, t_i in enumerate(colo):
             t = self.t_vectors[t_i]
-            self._fill(X[j], t, t.astype(int), self.t_layout_colo[t_i], (0, 0, 0))
+            for q, seqs in enumerate((LOG2_SEQS, LOG2_SEQS - 1)):
+                self._fill(X[n_pair * len(modes) + 2 * j + q], t, t.astype(int), self.t_layout_colo[t_i], (0, 0, 0, seqs))
         return X
 
     def _fill(self, x: np.ndarray, t, r, layout, mode, rtp_choice: int = 0) -> None:
@@ -321,7 +358,7 @@ class StructuredSeeds:
         x[2 * P:3 * P] = [self._rtp_idx(i, r[i], rtp_choice, divides=colo) if r[i] > 0 else 0 for i in range(P)]
         for j, name in enumerate(LAYOUT_NAMES):
             x[L.g(name)] = layout[j]
-        x[L.g("mode")], x[L.g("staleness_bound")], x[L.g("log2_pipeline_chunks")] = mode
+        x[L.g("mode")], x[L.g("staleness_bound")], x[L.g("log2_pipeline_chunks")], x[L.g("log2_max_num_seqs")] = mode
 
     # ------------------------------------------------------------ stage 5: single-knob refinement
     def _bases(self) -> np.ndarray:
@@ -329,9 +366,15 @@ class StructuredSeeds:
         if len(ok) == 0:
             return ok
         F = self.F[ok]
-        # fastest within each cost level: the (throughput, cost) front, then the fastest overall
-        front = ok[front_2d(F[:, 0], F[:, 1])]
-        fast = ok[np.argsort(F[:, 0], kind="stable")[:self.n_bases // 3]]
+        # fastest within each cost level, per execution mode (a colocated plan a faster async one
+        # shadows may improve more with its own knobs), then the fastest overall
+        mode = self.X[ok, self.L.g("mode")]
+        front = np.concatenate([ok[mode == m][front_2d(F[mode == m, 0], F[mode == m, 1])] for m in np.unique(mode)])
+        # the fastest plan of each footprint (GPUs per pool and role), the fastest footprints
+        # first: refining one plan per footprint reaches more structures than many of one
+        order = np.argsort(F[:, 0], kind="stable")
+        _, first = np.unique(self.X[ok[order], :2 * self.L.n_pools], axis=0, return_index=True)
+        fast = ok[order[np.sort(first)[:self.n_bases // 3]]]
         bases = np.unique(np.concatenate([front, fast]))
         if len(bases) > self.n_bases:
             order = np.argsort(self.F[bases, 0], kind="stable")
@@ -358,11 +401,15 @@ class StructuredSeeds:
                 V = B.copy()
                 V[:, j] = v
                 variants.append(V)
-        for i in range(P):  # each pool's engine TP, every option
+        seqs = L.g("log2_max_num_seqs")
+        for i in range(P):  # each pool's engine TP, every option, alone and with each max_num_seqs
             for k in range(int(L.rtp_n[i])):
-                V = B.copy()
-                V[:, 2 * P + i] = k
-                variants.append(V)
+                for v in [None, *range(int(xl[seqs]), int(xu[seqs]) + 1)]:
+                    V = B.copy()
+                    V[:, 2 * P + i] = k
+                    if v is not None:
+                        V[:, seqs] = v
+                    variants.append(V)
         # GPU counts: a pool's generating GPUs by a few GPUs or engines, its training GPUs by one or
         # two replicas (what a budget between two role splits buys)
         rtp = np.take_along_axis(L.rtp_options, B[:, 2 * P:3 * P].astype(int).T, axis=1).T
