@@ -210,13 +210,17 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     checkpointer = ckpt.Checkpointer(ck_dir, run_id, checkpoint_every)
     corners = seeding.Corners(problem, seed=settings.seed)
     seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
+    known = None
     if settings.algorithm == algorithms.DEFAULT:  # the baselines run as published, unseeded
         structured = StructuredSeeds(problem, seed=settings.seed)
         corners.evaluations += structured.evaluations
         corners.structured_evaluations = structured.evaluations
-        seeds_X = np.vstack([seeds_X, structured.seeds()])
+        # all of its plans go to the archive; the fastest within each cost level also seed the
+        # first population beside the corners (a quarter of it at most)
+        known = structured.known()
+        seeds_X = np.vstack([seeds_X, structured.population_seeds(settings.pop_size // 4)])
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
-    result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state)
+    result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state, known)
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
 

@@ -436,6 +436,22 @@ class StructuredSeeds:
         rows = [front_2d(F[:, a], F[:, b]) for a, b in ((0, 1), (0, 2), (0, 3), (1, 2))]
         return np.unique(self.X[ok[np.unique(np.concatenate(rows))]], axis=0)
 
+    def known(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(X, F, feasible) of the seeds, for the search's archive."""
+        X = self.seeds()
+        r = self.problem.evaluate_matrix(X)
+        F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+        return X, F, r["feasible"] > 0
+
+    def population_seeds(self, n: int) -> np.ndarray:
+        """Up to n feasible plans of the (throughput, cost) front, spread along it by cost."""
+        ok = np.flatnonzero(self.ok)
+        front = ok[front_2d(self.F[ok, 0], self.F[ok, 1])]
+        front = front[np.argsort(self.F[front, 1], kind="stable")]
+        if len(front) > n:
+            front = front[np.unique(np.linspace(0, len(front) - 1, n).round().astype(int))]
+        return self.X[front]
+
     def best_within(self, max_cost: float | None = None) -> float:
         """Fastest feasible throughput scored here within a budget (0 when none)."""
         m = self.ok & (self.F[:, 1] <= (np.inf if max_cost is None else max_cost))
