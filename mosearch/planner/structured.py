@@ -165,6 +165,9 @@ class StructuredSeeds:
         self.n_pairs = int(np.clip(MAX_PAIRS * 3 / max(P, 3), 500, MAX_PAIRS))
         self.n_bases = int(np.clip(REFINE_BASES * (4 / max(P, 4)) ** 2, 8, REFINE_BASES))
         self._train_stage()
+        if len(self.t_vectors) == 0:
+            self.X, self.F, self.ok = np.zeros((0, self.L.n_var)), np.zeros((0, 4)), np.zeros(0, dtype=bool)
+            return
         self._rollout_stage()
         X = self._combine_stage()
         self.X, self.F, self.ok = self._score(X)
@@ -199,6 +202,9 @@ class StructuredSeeds:
         R = L.repair(X)
         r = self._eval(R)
         fits = (r["peak_mem_frac"] <= self.max_mem) & (r["structure"] <= 0)
+        if not fits.any():  # no layout fits any footprint: nothing to build on
+            self.t_vectors = np.zeros((0, P))
+            return
         R, train_s = R[fits], r["train_s"][fits]
         colo_s = train_s + r["switch_s"][fits]  # colocated, the context switch depends on the layout too
         t_rows = R[:, P:2 * P]
@@ -439,6 +445,8 @@ class StructuredSeeds:
     def known(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(X, F, feasible) of the seeds, for the search's archive."""
         X = self.seeds()
+        if len(X) == 0:
+            return X, np.zeros((0, 4)), np.zeros(0, dtype=bool)
         r = self.problem.evaluate_matrix(X)
         F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
         return X, F, r["feasible"] > 0
