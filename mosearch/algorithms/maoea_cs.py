@@ -58,6 +58,11 @@ Extensions (each switchable, off means the entry's behaviour):
   or not the nadir has settled. The entry's rule cannot fire before iteration 51, so on a
   budget of a few dozen generations the whole run is phase 1 (90% corner mutation); the
   planner's short searches use this. None (default): the entry's rule only.
+
+The placement planner adds one more around the algorithm, not inside it: its first population
+is seeded with structured pool-level plans (`mosearch/planner/structured.py`: pool roles, then
+the training layout per footprint, then the engine TP per pool, then the mode), scored by the
+model before the search; the algorithm itself runs unchanged on them.
 """
 
 from __future__ import annotations

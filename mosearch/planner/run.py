@@ -24,11 +24,13 @@ import numpy as np
 from mosearch import decide, results
 from mosearch.decide import Limits
 from mosearch.planner import checkpoint as ckpt
-from mosearch.planner import seeding
+from mosearch.planner import algorithms, canonical, seeding
 from mosearch.planner.hv import scale_for
 from mosearch.planner.search import SearchResult, SearchSettings, run_search
+from mosearch.planner.structured import StructuredSeeds
 from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
+from problems.placement.problem import objectives
 
 PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "rich", "ray")
 
@@ -64,15 +66,19 @@ def build_problem(cluster: str, workload: str, limits: Limits):
 
 
 def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
-    """Archive -> plans, fastest first, named p000, p001, ...
+    """Archive -> canonical plans (`canonical.py`), fastest first, named p000, p001, ...
 
     The whole front is scored in one vectorised call (as `problem.decode` does one plan at a
     time). Without the model's lifetime-planned memory peak: it replays one training
     iteration per plan (~0.1 s each), minutes for a front of hundreds; peak_mem_frac, the
     objective, is in every plan."""
-    order = np.lexsort((F[:, 1], F[:, 0]))  # by -throughput, then cost
-    R = problem.layout.repair(np.asarray(X, dtype=float)[order])
+    R = canonical.canonicalize(problem, np.asarray(X, dtype=float))
     r = problem.evaluate_matrix(R)
+    keep = canonical.simplest_per_objectives(problem, R, objectives(r))
+    R = R[keep]
+    order = np.lexsort((r["cost_usd_h"][keep], -r["throughput_samples_s"][keep]))  # fastest, then cheapest
+    R = R[order]
+    r = {k: v[keep][order] for k, v in r.items()}
     plans = []
     for i in range(len(R)):
         pred = {k: float(v[i]) for k, v in r.items()}
@@ -82,7 +88,8 @@ def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
 
 
 def _miss(name: str, g: float, limits: Limits, max_mem: float) -> str:
-    """One never-met constraint in natural units (the problem scales the limit constraints)."""
+    """One never-met constraint in natural units (the problem scales the limit constraints): the
+    best any evaluated plan reached, whatever it did on the other limits."""
     if name == "max_cost" and limits.max_cost:
         return f"the cheapest plan found costs {limits.max_cost * (1 + g):.3g} $/h > {limits.max_cost:g} $/h"
     if name == "min_throughput" and limits.min_throughput:
@@ -98,10 +105,15 @@ def _miss(name: str, g: float, limits: Limits, max_mem: float) -> str:
 
 
 def no_feasible(problem, result: SearchResult, limits: Limits) -> NoFeasiblePlan:
-    """The binding reason: a structural one (the model fits nowhere, from the model's own
-    explanation) or, in natural units, each constraint no evaluated plan ever met."""
-    reason = _structural_reason(problem)
-    if not reason:
+    """The answer when the front is empty. "proven infeasible" only with a proof: the model fits
+    no GPU at all (a closed-form memory bound), or the budget is below the cheapest GPU's price
+    (every plan runs on at least one GPU). Otherwise "no plan found", with the best figures the
+    search reached for each limit it never met, and the count of plans it evaluated: a search
+    that did not reach a limit has not shown that no plan reaches it."""
+    proof = _proof(problem, limits)
+    if proof:
+        reason = f"proven infeasible: {proof}"
+    else:
         from problems.placement.problem import CONSTRAINTS
 
         names = list(getattr(problem, "constraint_names", None) or CONSTRAINTS)
@@ -109,22 +121,29 @@ def no_feasible(problem, result: SearchResult, limits: Limits) -> NoFeasiblePlan
         max_mem = limits.max_mem_frac if limits.max_mem_frac is not None else 1.0
         never = [] if g is None or len(g) != len(names) else list(np.flatnonzero(g > 0))
         if never:
-            parts = [_miss(names[i], float(g[i]), limits, max_mem) for i in never]
-            reason = f"none of {result.evaluations} plans evaluated is feasible: " + "; ".join(parts)
+            found = "; ".join(_miss(names[i], float(g[i]), limits, max_mem) for i in never)
         else:
-            reason = (f"none of {result.evaluations} plans evaluated meets every constraint at once"
-                      + (f" under the limits {limits.describe()}" if limits.any() else ""))
+            found = ("every limit was met by some plan, never all at once"
+                     + (f" (limits {limits.describe()})" if limits.any() else ""))
+        reason = (f"no plan found: {found}; not proven infeasible ({result.evaluations} plans evaluated, "
+                  "no bound rules the limits out)")
     return NoFeasiblePlan(problem.workload.path, None, reason,
-                          "a larger cluster, a smaller model or looser limits")
+                          "a larger cluster, a smaller model or looser limits" if proof
+                          else "looser limits, or a longer search (--evals)")
 
 
-def _structural_reason(problem) -> str | None:
-    """The model's own explanation when it has one (e.g. weights that fit no GPU group)."""
-    try:
-        from problems.placement import explain_infeasible  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return explain_infeasible(problem.cluster, problem.workload) or None
+def _proof(problem, limits: Limits) -> str | None:
+    from problems.placement.explain import structural_infeasibility
+
+    reason = structural_infeasibility(problem.cluster, problem.workload, problem.efficiencies or None)
+    if reason:
+        return reason
+    if limits.max_cost is not None:
+        cheapest = min(problem.cluster.pools, key=lambda p: p.gpu.price_usd_h)
+        if cheapest.gpu.price_usd_h > limits.max_cost:
+            return (f"every plan runs on at least one GPU and the cheapest, {cheapest.gpu.name}, costs "
+                    f"{cheapest.gpu.price_usd_h:g} $/h > {limits.max_cost:g} $/h")
+    return None
 
 
 SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share")
@@ -196,8 +215,17 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     checkpointer = ckpt.Checkpointer(ck_dir, run_id, checkpoint_every)
     corners = seeding.Corners(problem, seed=settings.seed)
     seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
+    known = None
+    if settings.algorithm == algorithms.DEFAULT:  # the baselines run as published, unseeded
+        structured = StructuredSeeds(problem, seed=settings.seed)
+        corners.evaluations += structured.evaluations
+        corners.structured_evaluations = structured.evaluations
+        # all of its plans go to the archive; the fastest within each cost level also seed the
+        # first population beside the corners (a quarter of it at most)
+        known = structured.known()
+        seeds_X = np.vstack([seeds_X, structured.population_seeds(settings.pop_size // 4)])
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
-    result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state)
+    result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state, known)
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
 
@@ -251,6 +279,7 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "evaluations": result.evaluations + corners.evaluations,
         "search_evaluations": result.evaluations,
         "seeding_evaluations": corners.evaluations,
+        "structured_evaluations": getattr(corners, "structured_evaluations", 0),
         "generations": result.generations,
         "search_wall_s": round(result.wall_s, 3),
         "front_size": len(front),

@@ -113,7 +113,8 @@ def _row(rec: RecordingProblem, t0: float, scale: HVScale | None) -> dict:
 
 def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = None,
                hv_scale: HVScale | None = None, on_generation=None,
-               checkpointer: ckpt.Checkpointer | None = None, state: tuple[dict, dict] | None = None) -> SearchResult:
+               checkpointer: ckpt.Checkpointer | None = None, state: tuple[dict, dict] | None = None,
+               known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> SearchResult:
     """Search `problem` (4 minimised objectives) and return its archive and history.
 
     `seeds`: decision vectors for MaOEA-CS' first population (the corner heuristics).
@@ -122,6 +123,7 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
     the baseline algorithms run as black boxes and are not checkpointed).
     `state`: a saved state (`checkpoint.read_state`) to go on from. The evaluation budget
     counts from the run's start; a time limit counts from this call.
+    `known`: (X, F, feasible) of plans already scored, put into the archive before the search.
     """
     if settings.evals is None and settings.time_s is None:
         raise ValueError("give an evaluation budget, a time limit or both")
@@ -160,6 +162,10 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
             ckpt.guarded(ckpt.restore_recorder, rec, meta, arrays)
             if checkpointer is not None:
                 checkpointer.last = rec.batches
+        elif known is not None and len(known[0]):
+            # plans scored before the search (the structured seeds): on the front from the start,
+            # without taking the first population's places (a resumed run has them in its archive)
+            rec.archive.add(*known)
 
         def save(phase_name: str, part) -> None:
             if checkpointer is None:

@@ -9,10 +9,34 @@ from problems.placement.specs import Cluster, Workload
 
 def explain_infeasible(cluster: Cluster, workload: Workload, samples: int = 20000, seed: int = 0,
                        efficiencies: dict | None = None) -> str | None:
-    """Check the cheapest-memory layouts first (closed form), then search a random sample of plans."""
+    """Check the cheapest-memory layouts first (closed form, a proof), then search a random sample
+    of plans (no proof: a sample can miss the plans that fit)."""
+    reason = structural_infeasibility(cluster, workload, efficiencies)
+    if reason:
+        return reason
+    from problems.placement.problem import CONSTRAINTS, PlacementProblem
+
+    prob = PlacementProblem(cluster, workload, efficiencies=efficiencies)
+    lay = prob.layout
+    rng = np.random.default_rng(seed)
+    X = lay.repair(prob.xl + rng.random((samples, prob.n_var)) * (prob.xu - prob.xl))
+    r = prob.evaluate_matrix(X)
+    G = prob._constraints(r)
+    if (G <= 0).all(axis=1).any():
+        return None
+    closest = np.argmin(np.clip(G, 0, None).sum(axis=1))
+    bind = CONSTRAINTS[int(np.argmax(G[closest]))]
+    return (f"no sampled plan of {samples} meets every constraint; the closest violates {bind} "
+            f"(peak memory {r['peak_mem_frac'][closest]:.2f} of a GPU, {r['throughput_samples_s'][closest]:.3g} samples/s, "
+            f"${r['cost_usd_h'][closest]:.2f}/h)")
+
+
+def structural_infeasibility(cluster: Cluster, workload: Workload, efficiencies: dict | None = None) -> str | None:
+    """A proof that no plan fits memory: the widest engine cannot hold the weights and one longest
+    sample, or the smallest training footprint of any layout exceeds every GPU. None otherwise."""
     from problems.placement.model.memory import (activation_bytes, model_state_bytes,
                                                  rollout_fixed_bytes)
-    from problems.placement.problem import CONSTRAINTS, PlacementProblem
+    from problems.placement.problem import PlacementProblem
 
     prob = PlacementProblem(cluster, workload, efficiencies=efficiencies)
     ctx, lay = prob.ctx, prob.layout
@@ -52,15 +76,4 @@ def explain_infeasible(cluster: Cluster, workload: Workload, samples: int = 2000
     if least > 0:
         states = 16 * ctx.params * (1 + ctx.has_critic) / 1e9
         return f"training {name} ({workload.algorithm}) needs {states:.0f} GB of model states; {where}"
-
-    rng = np.random.default_rng(seed)
-    X = lay.repair(prob.xl + rng.random((samples, prob.n_var)) * (prob.xu - prob.xl))
-    r = prob.evaluate_matrix(X)
-    G = prob._constraints(r)
-    if (G <= 0).all(axis=1).any():
-        return None
-    closest = np.argmin(np.clip(G, 0, None).sum(axis=1))
-    bind = CONSTRAINTS[int(np.argmax(G[closest]))]
-    return (f"no sampled plan of {samples} meets every constraint; the closest violates {bind} "
-            f"(peak memory {r['peak_mem_frac'][closest]:.2f} of a GPU, {r['throughput_samples_s'][closest]:.3g} samples/s, "
-            f"${r['cost_usd_h'][closest]:.2f}/h)")
+    return None

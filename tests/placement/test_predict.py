@@ -123,8 +123,9 @@ def test_interleaving_shrinks_the_bubble():
 
 
 def test_even_data_split_waits_for_the_slow_replica(tmp_path):
-    """Two replicas, one H100 and one A100: the trainer gives each half the batch (even split), so
-    the step takes the A100's time for half the batch; a speed-proportional split would be faster."""
+    """Two replicas, one H100 and one A100: an even split (Megatron, DeepSpeed, verl; what `predict`
+    assumes for a training job) gives each half the batch, so the step takes the A100's time for half
+    the batch; the split by replica speed (mosearch's trainer, the planner's default) is faster."""
     from problems.placement.model import build_context
     from problems.placement.model.training import train_times
     from problems.placement.specs import load_cluster, load_workload
@@ -141,6 +142,7 @@ def test_even_data_split_waits_for_the_slow_replica(tmp_path):
                    "shared_gpus": np.zeros((1, P), np.int64), "recompute": np.zeros(1, np.int64),
                    "sharding": np.zeros(1, np.int64), "optimizer_offload": np.zeros(1, np.int64)}
     ctx2 = build_context(two, wl)
+    ctx2.even_split = True
     even = train_times(ctx2, f(2), np.ones(1))["train_compute_s"][0]
     ctx1 = build_context(one, wl)
     ctx1.samples = wl.samples_per_step // 2
