@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainer import algorithms as A
+from trainer import weight_sync as WS
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
 
@@ -41,7 +42,7 @@ class AlgoConfig:
     weight_decay: float = 0.0
 
 
-class TrainWorker:
+class TrainWorker(WS.SyncEndpoint):
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
                  micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0):
         from transformers import AutoModelForCausalLM
@@ -202,6 +203,30 @@ class TrainWorker:
             return list(sd.items())
         return [(k, v.detach().to("cpu", copy=True)) for k, v in self.module.state_dict().items()]
 
+    def iter_full_state(self, bucket_bytes: int):
+        """The full model state (HF names, tied lm_head.weight included) in buckets of at most
+        `bucket_bytes` (a larger tensor is a bucket of its own), as lists of (name, full tensor).
+
+        Sharded parameters (FSDP2 DTensors) are gathered one at a time with `full_tensor()`, a
+        collective: every rank must iterate to the end. Only one bucket is materialised at a time.
+        """
+        bucket, size = [], 0
+        for name, t in self.module.state_dict().items():
+            t = t.full_tensor() if hasattr(t, "full_tensor") else t
+            n = t.numel() * t.element_size()
+            if bucket and size + n > bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append((name, t.detach()))
+            size += n
+        if bucket:
+            yield bucket
+
+    def broadcast_weights(self, version: int, bucket_bytes: int = WS.BUCKET_BYTES) -> dict:
+        """Send weights `version` to the engines over this rank's sync groups (see weight_sync.py).
+        Called on every rank: all gather, the group sources (rank 0) also send."""
+        return WS.send(self._sync, version, self.iter_full_state(bucket_bytes), self.device)
+
     def offload(self) -> float:
         """Colocated context switch, training side: move optimizer state (and on GPU the weights) out.
 
@@ -259,6 +284,7 @@ class TrainWorker:
         return {"train_rss_gb": rss_gb()}
 
     def shutdown(self) -> None:
+        self.sync_close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -70,7 +70,9 @@ def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
                     eval_every=0, checkpoint_every=0, backend="hf", progress=False, algo="ppo")
     summary = run(cfg)
     rows = [r for r in _rows(out) if "time" in r]
-    assert summary["layout"] == {"engines": 2, "dp": 2, "emulated": False, "notes": []}
+    assert {k: summary["layout"][k] for k in ("engines", "dp", "emulated", "notes")} == {
+        "engines": 2, "dp": 2, "emulated": False, "notes": []}
+    assert summary["layout"]["weight_sync"]["path"] == "broadcast"
     assert all(r["time"]["switch"] > 0 for r in rows) and all("value_loss" in r for r in rows)
     assert all(r["behav_abs_diff_mean"] < 1e-3 for r in rows)  # both ranks stayed in sync with the engines
 
