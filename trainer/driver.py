@@ -303,8 +303,10 @@ class Driver:
 
         region = {p.pool: p.region for p in self.plan.pools}
         self.sync_route = self.plan.weight_sync.route
-        self._sync_groups = WS.route_groups(self.sync_route, [region[e.pool] for e in self.layout.engines],
-                                            region[self.layout.train_pools[0]])
+        self._sync_regions = {"engine_regions": [region[e.pool] for e in self.layout.engines],
+                              "sender_region": region[self.layout.train_pools[0]]}
+        self._sync_groups = WS.route_groups(self.sync_route, self._sync_regions["engine_regions"],
+                                            self._sync_regions["sender_region"])
         self.sync_path = "broadcast"
         if not all(ray.get([e.sync_capable.remote() for e in self.engines])):
             self.sync_path = "object_store"
@@ -583,7 +585,7 @@ class Driver:
         self.last_sync = {"path": "broadcast", "route": self.sync_route, "version": sync["version"],
                           "gather_s": max(x["gather_s"] for x in sent), "transfer_s": src["transfer_s"],
                           "load_s": max(x["load_s"] for x in got), "recv_s": max(x["transfer_s"] for x in got),
-                          "bytes_sent": src["bytes"], "buckets": src["buckets"],
+                          "bytes_sent": src["bytes"], "copy_bytes": got[0]["bytes"], "buckets": src["buckets"],
                           "bucket_bytes": int(self.cfg.sync_bucket_mb * 2**20)}
 
     def _sync_faults(self) -> set[int]:
@@ -904,7 +906,9 @@ class Driver:
                        "notes": notes, "weight_sync": {"path": getattr(self, "sync_path", None),
                                                         "route": getattr(self, "sync_route", None),
                                                         "bucket_bytes": int(self.cfg.sync_bucket_mb * 2**20),
-                                                        "fallbacks": self.sync_fallbacks}},
+                                                        "fallbacks": self.sync_fallbacks,
+                                                        "copy_bytes": self.last_sync.get("copy_bytes"),
+                                                        **getattr(self, "_sync_regions", {})}},
             "measured": measured, "predicted": dict(self.plan.predicted),
             "reward_heldout_last": held[-1] if held else None,
         }

@@ -128,6 +128,21 @@ def _bcast(pg, t: torch.Tensor) -> None:
     pg.broadcast([t], opts).wait()
 
 
+def buckets(items, bucket_bytes: int):
+    """Cut a lazy stream of (name, tensor) into lists of at most `bucket_bytes` (a larger tensor is
+    a bucket of its own); the stream is read only as far as the current bucket needs."""
+    bucket, size = [], 0
+    for name, t in items:
+        n = t.numel() * t.element_size()
+        if bucket and size + n > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, t))
+        size += n
+    if bucket:
+        yield bucket
+
+
 # -- packing -------------------------------------------------------------------------------------
 def pack(items: list[tuple[str, torch.Tensor]], device: torch.device | None = None) -> tuple[dict, torch.Tensor]:
     """A bucket as (metadata, one flat uint8 tensor holding every tensor's bytes, aligned)."""
@@ -215,7 +230,8 @@ class Receiver:
     def __init__(self, member: Member, version: int, device: torch.device, die_after_buckets: int | None = None):
         self.member, self.version, self.device = member, version, device
         self.die_after = die_after_buckets
-        self.st = {"transfer_s": 0.0, "bytes": 0, "buckets": 0, "forward_s": 0.0, "error": None}
+        self.st = {"transfer_s": 0.0, "bytes": 0, "buckets": 0, "forward_s": 0.0, "forwarded_bytes": 0,
+                   "error": None}
 
     def stream(self):
         pg = self.member.recv
@@ -243,6 +259,8 @@ class Receiver:
                 self._fail(err)
                 return
             self.st["forward_s"] += time.perf_counter() - t0
+            if body is not None:
+                self.st["forwarded_bytes"] += body.numel() * sum(out.size() - 1 for out in self.member.send)
             if not n:
                 return
             if version != self.version:

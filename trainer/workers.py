@@ -210,17 +210,8 @@ class TrainWorker(WS.SyncEndpoint):
         Sharded parameters (FSDP2 DTensors) are gathered one at a time with `full_tensor()`, a
         collective: every rank must iterate to the end. Only one bucket is materialised at a time.
         """
-        bucket, size = [], 0
-        for name, t in self.module.state_dict().items():
-            t = t.full_tensor() if hasattr(t, "full_tensor") else t
-            n = t.numel() * t.element_size()
-            if bucket and size + n > bucket_bytes:
-                yield bucket
-                bucket, size = [], 0
-            bucket.append((name, t.detach()))
-            size += n
-        if bucket:
-            yield bucket
+        full = ((k, v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in self.module.state_dict().items())
+        yield from WS.buckets(((k, v.detach()) for k, v in full), bucket_bytes)
 
     def broadcast_weights(self, version: int, bucket_bytes: int = WS.BUCKET_BYTES) -> dict:
         """Send weights `version` to the engines over this rank's sync groups (see weight_sync.py).

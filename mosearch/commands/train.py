@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+import numpy as np
 
 
 def add_parser(subparsers) -> None:
@@ -39,6 +43,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--warm-start-steps", type=int, default=0, help="supervised steps on the task before RL (tiny demo)")
     p.add_argument("--backend", default="vllm", choices=["vllm", "hf"], help="rollout engine (hf: tests only)")
+    p.add_argument("--sync-bucket-mb", type=float, default=512.0,
+                   help="weight-sync bucket size in MiB (default 512, verl's default); bounds the extra memory")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -60,12 +66,46 @@ def run(args: argparse.Namespace) -> int:
         mini_batches=args.mini_batches, **shape,
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
-        warm_start_steps=args.warm_start_steps, progress=not args.no_progress,
+        warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
     )
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr))
+    sync_s = model_sync_s(summary, plan, args.plan)
+    if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
+        summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
+        (Path(cfg.out) / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
     print(f"{'figure':<24}{'predicted':>12}{'measured':>12}")
     for name, pred, meas in comparison_table(summary):
         print(f"{name:<24}{pred:>12}{meas:>12}")
+    if sync_s is not None and "sync_s" in summary["measured"]:
+        print(f"{'sync_s, this run layout':<24}{sync_s:>12.4g}{summary['measured']['sync_s']:>12.4g}"
+              f"  (model for the {len(summary['layout']['weight_sync']['engine_regions'])} engine(s) and "
+              f"{summary['layout']['weight_sync']['copy_bytes'] / 1e6:.3g} MB that ran)")
     return 130 if summary["status"] == "interrupted" else 0
+
+
+def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
+    """The performance model's weight-sync time (problems/placement/model/comm.py) for the layout the
+    run had: its engines and their regions, the bytes of one copy it sent, the plan's route, on the
+    plan's cluster links. None when the run did not broadcast or the cluster file is not found."""
+    from problems.placement.model.comm import weight_sync_s
+    from problems.placement.specs import load_cluster
+
+    ws = summary.get("layout", {}).get("weight_sync") or {}
+    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or summary.get("mode") == "colocated":
+        return None
+    for base in (Path.cwd(), Path(plan_file).resolve().parent):
+        if (base / plan.cluster.path).is_file():
+            cluster = load_cluster(base / plan.cluster.path)
+            break
+    else:
+        return None
+    regions = cluster.regions
+    if ws["sender_region"] not in regions or any(r not in regions for r in ws["engine_regions"]):
+        return None
+    engines = np.array([[ws["engine_regions"].count(r) for r in regions]], dtype=float)  # one pseudo-pool per region
+    t, _, _ = weight_sync_s(float(ws["copy_bytes"]), np.array([regions.index(ws["sender_region"])]), engines,
+                            np.arange(len(regions)), cluster.region_bw * 1e9, cluster.region_latency,
+                            cluster.region_egress / 1e9, np.array([ws["route"] == "staged"]), len(regions))
+    return float(t[0])
