@@ -39,9 +39,9 @@ def build_mid(tiny: Path, cache: Path) -> Path:
     out = cache / "models" / "bench-50m"
     if (out / "config.json").is_file():
         return out
-    cfg = AutoConfig.from_pretrained(tiny)
-    for k, v in MID_ARCH.items():
-        setattr(cfg, k, v)
+    base = AutoConfig.from_pretrained(tiny)
+    d = {k: v for k, v in base.to_dict().items() if k not in ("layer_types", "head_dim")} | MID_ARCH
+    cfg = type(base)(**d)  # derived fields (per-layer types) follow the new depth
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     tmp = out.with_suffix(".tmp")
