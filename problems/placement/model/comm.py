@@ -10,7 +10,7 @@ gradients: 3 x (n-1)/n x bytes instead of 2 x (ZeRO paper, Rajbhandari et al.).
 from __future__ import annotations
 
 import numpy as np
-from problems.placement.model.reduce import psum
+from problems.placement.model.reduce import pmax, psum
 
 
 def ring_allreduce_s(nbytes, n, bw, latency=0.0):
@@ -38,6 +38,16 @@ def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_nod
     # regions: every extra region exchanges the full gradient once each way over its link
     t = t + np.where(n_regions > 1, 2.0 * (n_regions - 1) * grad_bytes / cross_bw, 0.0)
     return np.where(dp > 1, volume * t, 0.0)
+
+
+def engine_sync_s(route_s, weight_bytes, engines, load_gbs, overhead_s):
+    """A sync as the trainer runs it (trainer/weight_sync.py): the route's transfer and the engines'
+    load are pipelined bucket by bucket, so it takes the slower of the two, plus a fixed cost per
+    sync. engines: (N, P); load_gbs, overhead_s: (P,) fitted from measured syncs (0 = none)."""
+    has = engines > 0
+    rate = np.where(load_gbs > 0, load_gbs * 1e9, np.inf)[None, :]
+    load = pmax(np.where(has, weight_bytes / rate, 0.0))
+    return np.maximum(route_s, load) + pmax(np.where(has, overhead_s[None, :], 0.0))
 
 
 def weight_sync_s(weight_bytes, src_region, engines, pool_region, region_bw, region_lat, region_egress,
