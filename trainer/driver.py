@@ -304,6 +304,7 @@ class Driver:
         region = {p.pool: p.region for p in self.plan.pools}
         self.sync_route = self.plan.weight_sync.route
         self._sync_regions = {"engine_regions": [region[e.pool] for e in self.layout.engines],
+                              "engine_gpus": [e.gpu for e in self.layout.engines],
                               "sender_region": region[self.layout.train_pools[0]]}
         self._sync_groups = WS.route_groups(self.sync_route, self._sync_regions["engine_regions"],
                                             self._sync_regions["sender_region"])

@@ -86,10 +86,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
-    """The performance model's weight-sync time (problems/placement/model/comm.py) for the layout the
-    run had: its engines and their regions, the bytes of one copy it sent, the plan's route, on the
-    plan's cluster links. None when the run did not broadcast or the cluster file is not found."""
-    from problems.placement.model.comm import weight_sync_s
+    """The performance model's weight-sync time for the layout the run had: its engines (regions, GPU
+    types), the bytes of one copy it sent, the plan's route, on the plan's cluster. None when the run
+    did not broadcast, was colocated (the model counts a reshard there) or the cluster file is not found."""
     from problems.placement.specs import load_cluster
 
     ws = summary.get("layout", {}).get("weight_sync") or {}
@@ -101,11 +100,26 @@ def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
             break
     else:
         return None
-    regions = cluster.regions
-    if ws["sender_region"] not in regions or any(r not in regions for r in ws["engine_regions"]):
+    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
         return None
-    engines = np.array([[ws["engine_regions"].count(r) for r in regions]], dtype=float)  # one pseudo-pool per region
-    t, _, _ = weight_sync_s(float(ws["copy_bytes"]), np.array([regions.index(ws["sender_region"])]), engines,
-                            np.arange(len(regions)), cluster.region_bw * 1e9, cluster.region_latency,
-                            cluster.region_egress / 1e9, np.array([ws["route"] == "staged"]), len(regions))
+    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
+                         ws["sender_region"], ws["route"] == "staged")
+
+
+def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
+                  sender_region: str, staged: bool) -> float:
+    """The model's sync_s (problems/placement/model: the route over the cluster's links, then the
+    engines' fitted load rate and fixed cost) for engines given one by one (one pseudo-pool each)."""
+    from problems.placement.model.comm import engine_sync_s, weight_sync_s
+    from problems.placement.model.params import DEFAULTS
+
+    regions = cluster.regions
+    P = len(engine_regions)
+    engines = np.ones((1, P))
+    eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g in (engine_gpus or [None] * P)]
+    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines,
+                                np.array([regions.index(r) for r in engine_regions]), cluster.region_bw * 1e9,
+                                cluster.region_latency, cluster.region_egress / 1e9, np.array([staged]), len(regions))
+    t = engine_sync_s(route, copy_bytes, engines, np.array([e["sync_load_gbs"] for e in eff]),
+                      np.array([e["sync_overhead_s"] for e in eff]))
     return float(t[0])
