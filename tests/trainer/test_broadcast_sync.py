@@ -266,3 +266,39 @@ def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines,
     engine.sync_close()
     for r in ranks:
         ray_local.kill(r)
+
+
+@pytest.mark.integration
+def test_staged_route_on_two_emulated_regions_through_the_driver(ray_local, plan_file, tmp_path, monkeypatch):
+    """Three engines in two regions, the rank in 'east': the driver builds the staged route (one copy
+    to each region's leader, the east leader fans out to its neighbour), every step syncs over it, and
+    every engine generates with the trainer's weights (transformers backend, fp32)."""
+    from trainer.driver import Driver, RunConfig
+
+    pools = [{"pool": "cpu-local@east", "gpu": "cpu-local", "region": "east", "rollout_gpus": 2, "train_gpus": 1,
+              "shared_gpus": 0, "rollout_tp": 1},
+             {"pool": "cpu-local@west", "gpu": "cpu-local", "region": "west", "rollout_gpus": 1, "train_gpus": 0,
+              "shared_gpus": 0, "rollout_tp": 1}]
+    plan = plan_file(pools=pools, weight_sync={"route": "staged"},
+                     execution={"mode": "disaggregated", "staleness_bound": 0, "pipeline_chunks": 3})
+    monkeypatch.setenv("MOSEARCH_LOCAL_DEVICES", "4")
+    out = tmp_path / "staged"
+    cfg = RunConfig(plan=str(plan), out=str(out), steps=2, prompts_per_step=6, group_size=4, max_new_tokens=4,
+                    eval_every=0, checkpoint_every=0, backend="hf", progress=False, lr=1e-2, sync_bucket_mb=0.25)
+    driver = Driver(cfg)
+    try:
+        driver.setup()
+        assert [(g.name, g.members) for g in driver._sync_groups] == [
+            ("staged:cross", [("worker", 0), ("engine", 0), ("engine", 2)]),
+            ("staged:fan:east", [("engine", 0), ("engine", 1)])]
+        summary = driver.fit()
+    finally:
+        driver.shutdown()
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "time" in r]
+    assert summary["layout"]["weight_sync"]["route"] == "staged" and summary["layout"]["weight_sync"]["fallbacks"] == 0
+    for r in rows:
+        # two copies leave the trainer (one per region), not three
+        assert r["sync"]["path"] == "broadcast" and r["sync"]["bytes_sent"] == 2 * r["sync"]["copy_bytes"]
+    assert rows[1]["behav_abs_diff_mean"] < 1e-5  # step 2 ran on all three engines after a staged sync
+    assert set(summary["measured"]) >= {"sync_gather_s", "sync_transfer_s", "sync_load_s"}
