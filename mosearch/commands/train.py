@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         (Path(cfg.out) / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
+    for note in summary["layout"].get("notes") or []:  # every way the run deviated from the plan
+        print(f"note: {note}")
     print(f"{'figure':<24}{'predicted':>12}{'measured':>12}")
     for name, pred, meas in comparison_table(summary):
         print(f"{name:<24}{pred:>12}{meas:>12}")
@@ -110,16 +112,18 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
                   sender_region: str, staged: bool) -> float:
     """The model's sync_s (problems/placement/model: the route over the cluster's links, then the
     engines' fitted load rate and fixed cost) for engines given one by one (one pseudo-pool each)."""
-    from problems.placement.model.comm import engine_sync_s, weight_sync_s
+    from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
     from problems.placement.model.params import DEFAULTS
 
     regions = cluster.regions
     P = len(engine_regions)
     engines = np.ones((1, P))
     eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g in (engine_gpus or [None] * P)]
-    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines,
-                                np.array([regions.index(r) for r in engine_regions]), cluster.region_bw * 1e9,
-                                cluster.region_latency, cluster.region_egress / 1e9, np.array([staged]), len(regions))
-    t = engine_sync_s(route, copy_bytes, engines, np.array([e["sync_load_gbs"] for e in eff]),
+    where = np.array([regions.index(r) for r in engine_regions])
+    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines, where,
+                                cluster.region_bw * 1e9, cluster.region_latency, cluster.region_egress / 1e9,
+                                np.array([staged]), len(regions))
+    copies = sync_copies(engines, where, np.array([staged]), len(regions))
+    t = engine_sync_s(route, copy_bytes, engines, copies, np.array([e["sync_load_gbs"] for e in eff]),
                       np.array([e["sync_overhead_s"] for e in eff]))
     return float(t[0])

@@ -106,8 +106,8 @@ def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_
 
     ws = m["weight_sync"]
     sync_over, sync_gbs = 0.0, max(r["bytes"] for r in ws) / max(min(r["seconds"] for r in ws), 1e-9) / 1e9
-    if len({r["bytes"] for r in ws}) >= 2:  # two model sizes: a fixed cost per sync + a load rate
-        sync_over, sec_per_byte = _line([r["bytes"] for r in ws], [r["seconds"] for r in ws])
+    if len({r["bytes"] for r in ws}) >= 2:  # two model sizes: a fixed cost per sync + a rate per copy
+        sync_over, sec_per_byte = _line([r["bytes"] * r.get("copies", 1) for r in ws], [r["seconds"] for r in ws])
         sync_gbs = 1 / sec_per_byte / 1e9
     coll = m.get("collective") or []
     intra = max((r["bus_gbs"] for r in coll), default=None)
