@@ -309,7 +309,13 @@ class Driver:
         self._sync_groups = WS.route_groups(self.sync_route, self._sync_regions["engine_regions"],
                                             self._sync_regions["sender_region"])
         self.sync_path = "broadcast"
-        if not all(ray.get([e.sync_capable.remote() for e in self.engines])):
+        if self.found.cuda and self.layout.colocated:
+            # an engine and a rank share each GPU: NCCL cannot put two ranks of a group on one device,
+            # and the CUDA IPC hand-over (verl, slime) is not implemented
+            self.sync_path = "object_store"
+            self.layout.notes.append("weight sync: object store, not the planned broadcast (colocated on CUDA: "
+                                     "CUDA IPC hand-over not implemented)")
+        elif not all(ray.get([e.sync_capable.remote() for e in self.engines])):
             self.sync_path = "object_store"
             self.layout.notes.append("weight sync: object store, not the planned broadcast (rollout TP > 1 "
                                      "on CUDA runs vLLM's workers in other processes)")
