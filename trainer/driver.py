@@ -73,6 +73,7 @@ class RunConfig:
     warm_start_steps: int = 0
     progress: bool = True
     sync_bucket_mb: float = 512.0  # weight-sync bucket (trainer/weight_sync.py: BUCKET_BYTES)
+    weight_sync: str = "broadcast"  # broadcast (along the plan's route) | object_store (the fallback, by choice)
 
 
 @dataclass
@@ -219,6 +220,8 @@ class Driver:
             raise InputError(None, "backend", f"got {cfg.backend!r}", "vllm or hf")
         if cfg.algo not in ("grpo", "ppo"):
             raise InputError(None, "algo", f"got {cfg.algo!r}", "grpo or ppo")
+        if cfg.weight_sync not in ("broadcast", "object_store"):
+            raise InputError(None, "weight_sync", f"got {cfg.weight_sync!r}", "broadcast or object_store")
         if cfg.mini_batches < 1:
             raise InputError(None, "mini_batches", f"got {cfg.mini_batches}", "an integer >= 1")
         self.lr_horizon = cfg.lr_decay_steps or cfg.steps  # fixed here: a time-boxed run may lower cfg.steps later
@@ -309,7 +312,11 @@ class Driver:
         self._sync_groups = WS.route_groups(self.sync_route, self._sync_regions["engine_regions"],
                                             self._sync_regions["sender_region"])
         self.sync_path = "broadcast"
-        if self.found.cuda and self.layout.colocated:
+        if self.cfg.weight_sync == "object_store":
+            self.sync_path = "object_store"
+            self.layout.notes.append("weight sync: object store, not the planned broadcast (asked for: "
+                                     "weight_sync=object_store)")
+        elif self.found.cuda and self.layout.colocated:
             # an engine and a rank share each GPU: NCCL cannot put two ranks of a group on one device,
             # and the CUDA IPC hand-over (verl, slime) is not implemented
             self.sync_path = "object_store"
@@ -581,12 +588,13 @@ class Driver:
             for i in dead:
                 self._restart_engine(i, load=False)
             self._sync_key = ()
+            # resend what the ranks hold now (async: they may have moved on since this sync started)
             if retry:
-                self._finish_sync(self._start_sync(sync["version"]), retry=False)
+                self._finish_sync(self._start_sync(self.version), retry=False)
             else:
-                self.log(f"weight sync v{sync['version']}: broadcast failed twice ({errors[:1]}); using the object store")
+                self.log(f"weight sync v{self.version}: broadcast failed twice ({errors[:1]}); using the object store")
                 self.sync_fallbacks += 1
-                self._finish_sync(self._start_sync(sync["version"], path="object_store"))
+                self._finish_sync(self._start_sync(self.version, path="object_store"))
             return
         src = sent[0]
         self.last_sync = {"path": "broadcast", "route": self.sync_route, "version": sync["version"],

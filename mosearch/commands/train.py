@@ -45,6 +45,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--backend", default="vllm", choices=["vllm", "hf"], help="rollout engine (hf: tests only)")
     p.add_argument("--sync-bucket-mb", type=float, default=512.0,
                    help="weight-sync bucket size in MiB (default 512, verl's default); bounds the extra memory")
+    p.add_argument("--weight-sync", default="broadcast", choices=["broadcast", "object_store"],
+                   help="broadcast along the plan's route (default), or the object-store path (noted in the summary)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
+        weight_sync=args.weight_sync,
     )
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr))
     sync_s = model_sync_s(summary, plan, args.plan)

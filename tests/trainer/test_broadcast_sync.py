@@ -115,7 +115,9 @@ def two_engines(tiny_model, ray_local):
     from trainer.rollout.vllm_engine import VLLMEngine
 
     eos = load_tokenizer(tiny_model).eos_token_id
-    actors = [ray_local.remote(num_cpus=1)(VLLMEngine).remote(str(tiny_model), max_num_seqs=32, max_model_len=64,
+    # no logical CPU: while this module's engines live, the driver tests below still get their bundles
+    # (2 CPUs each) from the session's 8, beside the session's vllm_engine
+    actors = [ray_local.remote(num_cpus=0)(VLLMEngine).remote(str(tiny_model), max_num_seqs=32, max_model_len=64,
                                                                seed=i, eos_id=eos) for i in range(2)]
     yield actors
     for a in actors:
@@ -270,27 +272,27 @@ def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines,
 
 @pytest.mark.integration
 def test_staged_route_on_two_emulated_regions_through_the_driver(ray_local, plan_file, tmp_path, monkeypatch):
-    """Three engines in two regions, the rank in 'east': the driver builds the staged route (one copy
-    to each region's leader, the east leader fans out to its neighbour), every step syncs over it, and
-    every engine generates with the trainer's weights (transformers backend, fp32)."""
+    """The rank in 'west', two engines in 'east': the driver builds the staged route (one copy crosses
+    to the east leader, which fans out to its neighbour), every step syncs over it, and every engine
+    generates with the trainer's weights (transformers backend, fp32)."""
     from trainer.driver import Driver, RunConfig
 
-    pools = [{"pool": "cpu-local@east", "gpu": "cpu-local", "region": "east", "rollout_gpus": 2, "train_gpus": 1,
+    pools = [{"pool": "cpu-local@east", "gpu": "cpu-local", "region": "east", "rollout_gpus": 2, "train_gpus": 0,
               "shared_gpus": 0, "rollout_tp": 1},
-             {"pool": "cpu-local@west", "gpu": "cpu-local", "region": "west", "rollout_gpus": 1, "train_gpus": 0,
+             {"pool": "cpu-local@west", "gpu": "cpu-local", "region": "west", "rollout_gpus": 0, "train_gpus": 1,
               "shared_gpus": 0, "rollout_tp": 1}]
     plan = plan_file(pools=pools, weight_sync={"route": "staged"},
-                     execution={"mode": "disaggregated", "staleness_bound": 0, "pipeline_chunks": 3})
-    monkeypatch.setenv("MOSEARCH_LOCAL_DEVICES", "4")
+                     execution={"mode": "disaggregated", "staleness_bound": 0, "pipeline_chunks": 2})
+    monkeypatch.setenv("MOSEARCH_LOCAL_DEVICES", "3")
     out = tmp_path / "staged"
     cfg = RunConfig(plan=str(plan), out=str(out), steps=2, prompts_per_step=6, group_size=4, max_new_tokens=4,
                     eval_every=0, checkpoint_every=0, backend="hf", progress=False, lr=1e-2, sync_bucket_mb=0.25)
     driver = Driver(cfg)
     try:
         driver.setup()
-        assert [(g.name, g.members) for g in driver._sync_groups] == [
-            ("staged:cross", [("worker", 0), ("engine", 0), ("engine", 2)]),
-            ("staged:fan:east", [("engine", 0), ("engine", 1)])]
+        assert [(g.name, g.members, g.cross_region) for g in driver._sync_groups] == [
+            ("staged:cross", [("worker", 0), ("engine", 0)], True),
+            ("staged:fan:east", [("engine", 0), ("engine", 1)], False)]
         summary = driver.fit()
     finally:
         driver.shutdown()
@@ -298,7 +300,27 @@ def test_staged_route_on_two_emulated_regions_through_the_driver(ray_local, plan
     rows = [r for r in rows if "time" in r]
     assert summary["layout"]["weight_sync"]["route"] == "staged" and summary["layout"]["weight_sync"]["fallbacks"] == 0
     for r in rows:
-        # two copies leave the trainer (one per region), not three
-        assert r["sync"]["path"] == "broadcast" and r["sync"]["bytes_sent"] == 2 * r["sync"]["copy_bytes"]
-    assert rows[1]["behav_abs_diff_mean"] < 1e-5  # step 2 ran on all three engines after a staged sync
+        # one copy crosses to the other region (direct would send two)
+        assert r["sync"]["path"] == "broadcast" and r["sync"]["bytes_sent"] == r["sync"]["copy_bytes"]
+    assert rows[1]["behav_abs_diff_mean"] < 1e-5  # step 2 ran on both engines after a staged sync
     assert set(summary["measured"]) >= {"sync_gather_s", "sync_transfer_s", "sync_load_s"}
+
+
+@pytest.mark.integration
+def test_the_object_store_path_is_said_in_the_summary(ray_local, plan_file, tmp_path, capsys):
+    """The fallback, chosen: every row says object_store, the summary's notes say it in one line, and
+    the engines still generate with the trainer's weights."""
+    from mosearch.cli import main
+
+    out = tmp_path / "objstore"
+    assert main(["train", "--plan", str(plan_file()), "--steps", "2", "--out", str(out), "--backend", "hf",
+                 "--weight-sync", "object_store", "--prompts-per-step", "4", "--group-size", "2",
+                 "--max-new-tokens", "4", "--eval-every", "0", "--checkpoint-every", "0", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "time" in r]
+    note = "weight sync: object store, not the planned broadcast (asked for: weight_sync=object_store)"
+    assert summary["layout"]["notes"] == [note] and f"note: {note}" in printed
+    assert summary["layout"]["weight_sync"]["path"] == "object_store"
+    assert all(r["sync"] == {"path": "object_store", "version": r["version"]} for r in rows)
+    assert rows[1]["behav_abs_diff_mean"] < 1e-5
