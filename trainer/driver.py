@@ -74,6 +74,8 @@ class RunConfig:
     resume: bool = False
     warm_start_steps: int = 0
     progress: bool = True
+    sync_bucket_mb: float = 512.0  # weight-sync bucket (trainer/weight_sync.py: BUCKET_BYTES)
+    weight_sync: str = "broadcast"  # broadcast (along the plan's route) | object_store (the fallback, by choice)
 
 
 @dataclass
@@ -148,6 +150,8 @@ class Fault:
     @property
     def point(self) -> str:
         """Where in its step the fault fires."""
+        if self.kind == "sync":
+            return "sync"  # engine `index` dies mid weight sync, after its first received bucket
         if self.kind == "engine":
             return "chunk"  # the step's first chunk is back, the others still generating
         if self.kind == "driver" and self.index == 1:
@@ -159,10 +163,10 @@ def parse_faults(text: str | None) -> list[Fault]:
     """'engine@2:0,worker@4:1,driver@5:1' -> faults (see Fault for where each fires)."""
     out = []
     for part in filter(None, (x.strip() for x in (text or "").split(","))):
-        m = re.fullmatch(r"(engine|worker|driver)@(\d+)(?::(\d+))?", part)
+        m = re.fullmatch(r"(engine|worker|driver|sync)@(\d+)(?::(\d+))?", part)
         if not m or (m[1] == "driver" and int(m[3] or 0) > 1):
             raise InputError(None, FAULT_ENV, f"got {part!r}",
-                             "kind@step[:index] with kind engine, worker or driver (index 0 or 1)")
+                             "kind@step[:index] with kind engine, worker, sync or driver (index 0 or 1)")
         out.append(Fault(m[1], int(m[2]), int(m[3] or 0)))
     return out
 
@@ -246,6 +250,8 @@ class Driver:
             raise InputError(None, "backend", f"got {cfg.backend!r}", "vllm or hf")
         if cfg.algo not in ("grpo", "ppo"):
             raise InputError(None, "algo", f"got {cfg.algo!r}", "grpo or ppo")
+        if cfg.weight_sync not in ("broadcast", "object_store"):
+            raise InputError(None, "weight_sync", f"got {cfg.weight_sync!r}", "broadcast or object_store")
         if cfg.mini_batches < 1:
             raise InputError(None, "mini_batches", f"got {cfg.mini_batches}", "an integer >= 1")
         self.lr_horizon = cfg.lr_decay_steps or cfg.steps  # fixed here: a time-boxed run may lower cfg.steps later
@@ -286,6 +292,10 @@ class Driver:
         self._metrics_f = None
         self._phase = "rollout"  # colocated: which side holds the devices
         self._pending_sync: list = []
+        self._bcast: dict | None = None  # the broadcast in flight (async) or None
+        self.last_sync: dict = {}  # the last finished sync's split, for the metrics row
+        self._sync_key: tuple = ()  # actors the sync groups were built for
+        self.sync_fallbacks = 0  # syncs that went through the object store after the broadcast failed
         self.history: list[dict] = []
         self._pgs: list = []
         self._ray_started = False
@@ -317,7 +327,7 @@ class Driver:
         longest = max(map(len, self.train_ids + self.held_ids))
         self._max_len = min(getattr(self._config(), "max_position_embeddings", 2048), longest + self.task.max_new_tokens + 8)
         for f in [f for f in self._faults_todo if f.kind != "driver"]:  # a driver fault's index is its point
-            n = len(lay.engines) if f.kind == "engine" else lay.world
+            n = len(lay.engines) if f.kind in ("engine", "sync") else lay.world
             if f.index >= n:
                 raise InputError(None, FAULT_ENV, f"{f.kind} {f.index} does not exist", f"an index below {n}")
         self.rollout = RolloutGroup(self._engine_cls, lay, found, self._pg_r, self._env,
@@ -341,6 +351,37 @@ class Driver:
         self.placed = [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
             [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.rank_pools)],
             P.where(self.engines + self.workers))]
+        self._setup_sync()
+
+    def _setup_sync(self) -> None:
+        """The plan's weight-sync route as broadcast groups (trainer/weight_sync.py); the object
+        store where the engines cannot receive a broadcast (noted in the summary)."""
+        import ray
+
+        from trainer import weight_sync as WS
+
+        region = {p.pool: p.region for p in self.plan.pools}
+        self.sync_route = self.plan.weight_sync.route
+        self._sync_regions = {"engine_regions": [region[e.pool] for e in self.layout.engines],
+                              "engine_gpus": [e.gpu for e in self.layout.engines],
+                              "sender_region": region[self.layout.train_pools[0]]}
+        self._sync_groups = WS.route_groups(self.sync_route, self._sync_regions["engine_regions"],
+                                            self._sync_regions["sender_region"])
+        self.sync_path = "broadcast"
+        if self.cfg.weight_sync == "object_store":
+            self.sync_path = "object_store"
+            self.layout.notes.append("weight sync: object store, not the planned broadcast (asked for: "
+                                     "weight_sync=object_store)")
+        elif self.found.cuda and self.layout.colocated:
+            # an engine and a rank share each GPU: NCCL cannot put two ranks of a group on one device,
+            # and the CUDA IPC hand-over (verl, slime) is not implemented
+            self.sync_path = "object_store"
+            self.layout.notes.append("weight sync: object store, not the planned broadcast (colocated on CUDA: "
+                                     "CUDA IPC hand-over not implemented)")
+        elif not all(ray.get([e.sync_capable.remote() for e in self.engines])):
+            self.sync_path = "object_store"
+            self.layout.notes.append("weight sync: object store, not the planned broadcast (rollout TP > 1 "
+                                     "on CUDA runs vLLM's workers in other processes)")
 
     @property
     def engines(self) -> list:
@@ -442,15 +483,15 @@ class Driver:
                     raise
                 self._restart_engine(lost.index)
 
-    def _restart_engine(self, i: int) -> None:
+    def _restart_engine(self, i: int, load: bool = True) -> None:
         """Replace engine i in its own bundle and load the current weights (the version its lost calls were for)."""
         t0 = time.perf_counter()
         old = self.rollout.restart(i)
         self._retired.add(old._actor_id.hex())
         self._actor_ids.pop(old._actor_id.hex(), None)
         self._actor_ids[self.engines[i]._actor_id.hex()] = ("engine", i)
-        items = self._state_ref()
-        self._gather([self.engines[i].update_weights.remote(items, self.version)])
+        if load:
+            self._finish_sync(self._start_sync(self.version))
         if self.layout.colocated and self._phase == "train":
             self._gather([self.engines[i].sleep.remote()])
         self.log(f"rollout engine {i} lost: restarted in its bundle with weights v{self.version} "
@@ -525,14 +566,87 @@ class Driver:
         return self.train.state_ref()
 
     def _sync_weights(self, wait: bool) -> float:
+        """Give the engines the current weights along the plan's route; async does not wait (the
+        previous sync is finished, and its figures recorded, when the next one starts)."""
         t0 = time.perf_counter()
-        items = self._state_ref()
-        refs = [e.update_weights.remote(items, self.version) for e in self.engines]
+        if self._bcast is not None:
+            self._finish_sync(self._bcast)
+        sync = self._start_sync(self.version, self._sync_faults())
         if wait:
-            self._engines_wait(refs)
+            self._finish_sync(sync)
         else:
-            self._pending_sync = refs
+            self._bcast, self._pending_sync = sync, sync["w"] + sync["e"]
         return time.perf_counter() - t0
+
+    def _start_sync(self, version: int, die: set[int] = frozenset(), path: str | None = None) -> dict:
+        """Start sending weights `version`: a broadcast on the route's groups (rebuilt when an actor
+        was replaced), or the object store. Returns the calls in flight."""
+        from trainer import weight_sync as WS
+
+        if (path or self.sync_path) == "object_store":
+            items = self._state_ref()
+            return {"path": "object_store", "version": version, "w": [],
+                    "e": [e.update_weights.remote(items, version) for e in self.engines]}
+        key = tuple(a._actor_id.hex() for a in self.workers + self.engines)
+        if key != self._sync_key:
+            import ray
+
+            try:
+                self._gather(WS.connect(self._sync_groups, self.workers, self.engines))
+            except ray.exceptions.RayActorError as err:  # from a source's address call
+                raise self._lost(err) or Lost("engine", 0, str(err)) from err
+            self._sync_key = key
+        bucket = int(self.cfg.sync_bucket_mb * 2**20)
+        return {"path": "broadcast", "version": version, "t0": time.perf_counter(),
+                "w": [w.broadcast_weights.remote(version, bucket) for w in self.workers],
+                "e": [e.receive_weights.remote(version, 1 if i in die else None) for i, e in enumerate(self.engines)]}
+
+    def _finish_sync(self, sync: dict, retry: bool = True) -> None:
+        """Wait for a started sync. A dead engine is restarted; a broken broadcast is redone on
+        rebuilt groups (every engine: the live ones may hold a partial update), and if that fails
+        too, the object store carries this version (counted in the summary)."""
+        self._bcast = None
+        if sync["path"] == "object_store":
+            self._engines_wait(sync["e"])
+            self.last_sync = {"path": "object_store", "version": sync["version"]}
+            return
+        sent = self._gather(sync["w"])  # a lost rank raises Lost('worker')
+        got, dead = [], []
+        for ref in sync["e"]:
+            try:
+                got.append(self._gather([ref])[0])
+            except Lost as lost:
+                if lost.role != "engine":
+                    raise
+                dead.append(lost.index)
+                got.append(None)
+        errors = [x["error"] for x in sent + got if x and x.get("error")]
+        if dead or errors or any(x is None for x in got):
+            for i in dead:
+                self._restart_engine(i, load=False)
+            self._sync_key = ()
+            # resend what the ranks hold now (async: they may have moved on since this sync started)
+            if retry:
+                self._finish_sync(self._start_sync(self.version), retry=False)
+            else:
+                self.log(f"weight sync v{self.version}: broadcast failed twice ({errors[:1]}); using the object store")
+                self.sync_fallbacks += 1
+                self._finish_sync(self._start_sync(self.version, path="object_store"))
+            return
+        src = sent[0]
+        self.last_sync = {"path": "broadcast", "route": self.sync_route, "version": sync["version"],
+                          "gather_s": max(x["gather_s"] for x in sent), "transfer_s": src["transfer_s"],
+                          "load_s": max(x["load_s"] for x in got), "recv_s": max(x["transfer_s"] for x in got),
+                          "bytes_sent": src["bytes"], "copy_bytes": got[0]["bytes"], "buckets": src["buckets"],
+                          "bucket_bytes": int(self.cfg.sync_bucket_mb * 2**20)}
+
+    def _sync_faults(self) -> set[int]:
+        """Test hook: engines that are to die in this step's weight sync (MOSEARCH_INJECT_FAULTS sync@STEP:INDEX)."""
+        due = [f for f in self._faults_todo if f.point == "sync" and f.step == self.step]
+        for f in due:
+            self._faults_todo.remove(f)
+            self.log(f"fault injected: engine {f.index} dies in the weight sync of step {self.step}")
+        return {f.index for f in due}
 
     def _switch(self, to: str) -> float:
         """Colocated context switch: 'train' puts engines to sleep and onloads ranks; 'rollout' the reverse."""
@@ -671,6 +785,7 @@ class Driver:
         row["prompt_ids"] = [pi for ch in sorted(chunks, key=lambda c: c.draws[0]) for pi in ch.prompt_idx]
         if redone:
             row["redone_chunks"] = redone
+        row["sync"] = self.last_sync  # the last finished sync (async: the previous step's)
         if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
             with T.phase("eval"):
                 if self._pending_sync:
@@ -790,6 +905,7 @@ class Driver:
             self.sampler.load(state["sampler"])
         self._cursor = {}
         self._rewind_metrics(self.step, state.get("row") if state else None, keep_eval=not at_start or self.step > 0)
+        self._bcast = None  # a broadcast in flight went to ranks that are gone
         self._sync_weights(wait=True)
         self._pending_sync = []
         if path is not None and at_start:
@@ -848,10 +964,20 @@ class Driver:
                 seen = [r["memory"][key] for r in steady if key in r["memory"]]
                 if seen:
                     measured[f"peak_{key}"] = max(seen)
+            split = [r["sync"] for r in steady if r.get("sync", {}).get("path") == "broadcast"]
+            for k in ("gather_s", "transfer_s", "load_s") if split else ():
+                measured[f"sync_{k}"] = float(np.mean([x[k] for x in split]))
+        layout = self._layout_summary()
+        if self.sync_fallbacks:
+            layout["notes"] = [*layout["notes"], f"weight sync: the broadcast failed twice in {self.sync_fallbacks} "
+                               "sync(s); the object store carried those versions"]
+        layout["weight_sync"] = {"path": getattr(self, "sync_path", None), "route": getattr(self, "sync_route", None),
+                                 "bucket_bytes": int(self.cfg.sync_bucket_mb * 2**20), "fallbacks": self.sync_fallbacks,
+                                 "copy_bytes": self.last_sync.get("copy_bytes"), **getattr(self, "_sync_regions", {})}
         held = [r["reward_heldout"] for r in rows if "reward_heldout" in r]
         out = {
             "status": self.status, "plan_id": self.plan.plan_id, "mode": self.mode, "steps": self.step,
-            "layout": self._layout_summary(),
+            "layout": layout,
             "run": {k: getattr(self.cfg, k) for k in ("model", "algo", "prompts_per_step", "group_size", "mini_batches")}
                    | {"max_new_tokens": self.task.max_new_tokens},
             "measured": measured, "predicted": dict(self.plan.predicted),

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from trainer import algorithms as A
 from trainer import parallel as PL
+from trainer import weight_sync as WS
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
 
@@ -41,7 +42,7 @@ class AlgoConfig:
     weight_decay: float = 0.0
 
 
-class TrainWorker:
+class TrainWorker(WS.SyncEndpoint):
     """One training rank of a dp x tp x pp layout (see `trainer.parallel`)."""
 
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
@@ -395,6 +396,11 @@ class TrainWorker:
         items = [x for b in self.iter_full_state(64 << 20) for x in b]
         return items if self.rank == 0 else []
 
+    def broadcast_weights(self, version: int, bucket_bytes: int = WS.BUCKET_BYTES) -> dict:
+        """Send weights `version` to the engines over this rank's sync groups (see weight_sync.py).
+        Called on every rank: all gather, the group sources (rank 0) also send."""
+        return WS.send(self._sync, version, self.iter_full_state(bucket_bytes), self.device)
+
     def offload(self) -> float:
         """Colocated context switch, training side: move optimizer state (and on GPU the weights) out.
 
@@ -463,6 +469,7 @@ class TrainWorker:
         return {"train_rss_gb": rss_gb()}
 
     def shutdown(self) -> None:
+        self.sync_close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from problems.errors import InputError
 
@@ -42,6 +45,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--warm-start-steps", type=int, default=0, help="supervised steps on the task before RL (tiny demo)")
     p.add_argument("--backend", default="vllm", choices=["vllm", "hf"], help="rollout engine (hf: tests only)")
+    p.add_argument("--sync-bucket-mb", type=float, default=512.0,
+                   help="weight-sync bucket size in MiB (default 512, verl's default); bounds the extra memory")
+    p.add_argument("--weight-sync", default="broadcast", choices=["broadcast", "object_store"],
+                   help="broadcast along the plan's route (default), or the object-store path (noted in the summary)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -79,9 +86,14 @@ def run(args: argparse.Namespace) -> int:
         mini_batches=args.mini_batches, **shape,
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
-        warm_start_steps=args.warm_start_steps, progress=not args.no_progress,
+        warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
+        weight_sync=args.weight_sync,
     )
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
+    sync_s = model_sync_s(summary, plan, args.plan)
+    if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
+        summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
+        (Path(cfg.out) / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
     lay = summary["layout"]
@@ -90,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
         print(line)
     print_comparison(summary, args.plan, Path(cfg.out))
+    if sync_s is not None and "sync_s" in summary["measured"]:
+        print(f"{'sync_s, this run layout':<28}{sync_s:>12.4g}{summary['measured']['sync_s']:>12.4g}"
+              f"  (model for the {len(summary['layout']['weight_sync']['engine_regions'])} engine(s) and "
+              f"{summary['layout']['weight_sync']['copy_bytes'] / 1e6:.3g} MB that ran)")
     return 130 if summary["status"] == "interrupted" else 0
 
 
@@ -144,6 +160,46 @@ def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> 
     for name, pred, meas, err in comparison_table(summary, predicted):
         print(f"{name:<28}{pred:>12}{meas:>12}{err:>8}")
     if out is not None and out.is_dir():  # beside summary.json: what the comparison was made against
-        import json
-
         (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))
+
+
+def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
+    """The performance model's weight-sync time for the layout the run had: its engines (regions, GPU
+    types), the bytes of one copy it sent, the plan's route, on the plan's cluster. None when the run
+    did not broadcast, was colocated (the model counts a reshard there) or the cluster file is not found."""
+    from problems.placement.specs import load_cluster
+
+    ws = summary.get("layout", {}).get("weight_sync") or {}
+    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or summary.get("mode") == "colocated":
+        return None
+    for base in (Path.cwd(), Path(plan_file).resolve().parent):
+        if (base / plan.cluster.path).is_file():
+            cluster = load_cluster(base / plan.cluster.path)
+            break
+    else:
+        return None
+    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
+        return None
+    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
+                         ws["sender_region"], ws["route"] == "staged")
+
+
+def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
+                  sender_region: str, staged: bool) -> float:
+    """The model's sync_s (problems/placement/model: the route over the cluster's links, then the
+    engines' fitted load rate and fixed cost) for engines given one by one (one pseudo-pool each)."""
+    from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
+    from problems.placement.model.params import DEFAULTS
+
+    regions = cluster.regions
+    P = len(engine_regions)
+    engines = np.ones((1, P))
+    eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g in (engine_gpus or [None] * P)]
+    where = np.array([regions.index(r) for r in engine_regions])
+    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines, where,
+                                cluster.region_bw * 1e9, cluster.region_latency, cluster.region_egress / 1e9,
+                                np.array([staged]), len(regions))
+    copies = sync_copies(engines, where, np.array([staged]), len(regions))
+    t = engine_sync_s(route, copy_bytes, engines, copies, np.array([e["sync_load_gbs"] for e in eff]),
+                      np.array([e["sync_overhead_s"] for e in eff]))
+    return float(t[0])

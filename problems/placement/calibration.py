@@ -105,13 +105,16 @@ def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_
     prefill_eff = min(1.0, 1 / (sec_per_flop_p * tflops * 1e12))
 
     ws = m["weight_sync"]
-    sync_gbs = max(r["bytes"] for r in ws) / max(min(r["seconds"] for r in ws), 1e-9) / 1e9
+    sync_over, sync_gbs = 0.0, max(r["bytes"] for r in ws) / max(min(r["seconds"] for r in ws), 1e-9) / 1e9
+    if len({r["bytes"] for r in ws}) >= 2:  # two model sizes: a fixed cost per sync + a rate per copy
+        sync_over, sec_per_byte = _line([r["bytes"] * r.get("copies", 1) for r in ws], [r["seconds"] for r in ws])
+        sync_gbs = 1 / sec_per_byte / 1e9
     coll = m.get("collective") or []
     intra = max((r["bus_gbs"] for r in coll), default=None)
     switch = sum(r["seconds"] for r in m.get("offload", [])) + sum(r["seconds"] for r in m.get("engine_switch", []))
     return Fitted(tflops=tflops, bandwidth_tbs=bw_tbs, mfu=mfu, train_overhead_s=over_t, prefill_eff=prefill_eff,
                   prefill_overhead_s=over_p, decode_eff=decode_eff, decode_step_overhead_s=over_d, intra_gbs=intra,
-                  sync_gbs=sync_gbs, sync_overhead_s=0.0, switch_s=switch)
+                  sync_gbs=sync_gbs, sync_overhead_s=sync_over, switch_s=switch)
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -6,10 +6,11 @@ import time
 
 import torch
 
+from trainer import weight_sync as WS
 from trainer.rollout.common import result, rss_gb
 
 
-class HFEngine:
+class HFEngine(WS.SyncEndpoint):
     def __init__(self, model_path: str, seed: int = 0, eos_id: int | None = None, pad_id: int = 0, **_ignored):
         from transformers import AutoModelForCausalLM
 
@@ -51,6 +52,21 @@ class HFEngine:
         self.model.load_state_dict(dict(items))
         self.version = version
         return time.perf_counter() - t0
+
+    def sync_capable(self) -> bool:
+        return True
+
+    @torch.no_grad()
+    def receive_weights(self, version: int, die_after_buckets: int | None = None) -> dict:
+        rx = WS.Receiver(self._sync, version, torch.device("cpu"), die_after_buckets)
+        params = self.model.state_dict()
+        t0 = time.perf_counter()
+        for name, t in rx.stream():
+            params[name].copy_(t)
+        st = rx.st | {"load_s": time.perf_counter() - t0 - rx.st["transfer_s"] - rx.st["forward_s"]}
+        if st["error"] is None:
+            self.version = version
+        return st
 
     def sleep(self) -> float:
         return 0.0

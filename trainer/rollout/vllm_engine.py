@@ -12,16 +12,19 @@ from __future__ import annotations
 import os
 import time
 
+from trainer import weight_sync as WS
 from trainer.rollout.common import result, rss_gb
 
 
 def _reload(worker, items):
     # Runs inside vLLM's worker: load a full state dict in place (fp32 on CPU, the engine's dtype on GPU).
+    # `items` may be a generator (the broadcast receiver): the engine is in-process (uni-process
+    # executor), so it is consumed here, bucket by bucket, as vLLM's layer-wise reload asks for it.
     worker.reload_weights(weights_iterator=iter(items))
     return True
 
 
-class VLLMEngine:
+class VLLMEngine(WS.SyncEndpoint):
     def __init__(self, model_path: str, tp: int = 1, kv_mem_frac: float = 0.5, max_num_seqs: int = 64,
                  max_model_len: int = 256, seed: int = 0, eos_id: int | None = None, kv_cpu_gib: int = 1,
                  **_unused):
@@ -66,6 +69,26 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
         self.version = version
         return time.perf_counter() - t0
+
+    def sync_capable(self) -> bool:
+        """The broadcast receiver runs in this process: true unless vLLM runs TP workers in others
+        (CUDA, tp > 1), where the object-store path is used instead."""
+        return not (self.cuda and self.tp > 1)
+
+    def receive_weights(self, version: int, die_after_buckets: int | None = None) -> dict:
+        """Take weights `version` from this engine's sync group, streamed into vLLM's in-place reload.
+        Returns the receiver's times (transfer, forward, load) and `error` if a peer broke."""
+        import torch
+
+        rx = WS.Receiver(self._sync, version, torch.device("cuda", 0) if self.cuda else torch.device("cpu"),
+                         die_after_buckets)
+        t0 = time.perf_counter()
+        self.llm.collective_rpc(_reload, args=(rx.stream(),))
+        st = rx.st | {"load_s": time.perf_counter() - t0 - rx.st["transfer_s"] - rx.st["forward_s"]}
+        if st["error"] is None:
+            self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
+            self.version = version
+        return st
 
     def sleep(self) -> float:
         t0 = time.perf_counter()

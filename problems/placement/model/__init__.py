@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model import cost as _cost
-from problems.placement.model.comm import weight_sync_s
+from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
 from problems.placement.model.memory import (
     activation_bytes,
@@ -67,6 +67,8 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     n_regions = int(ctx.region_bw.shape[0])
     sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
                                                  ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
+    copies = sync_copies(engines, ctx.region, f["route"] == 1, n_regions)
+    sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, e["sync_load_gbs"], e["sync_overhead_s"])
     reshard = pmax(np.where(engines > 0, bytes_w / f["rollout_tp"] / ctx.intra, 0.0))
     sync = np.where(colo, reshard, sync_t)
     sync_usd = np.where(colo, 0.0, sync_usd)

@@ -10,7 +10,7 @@ gradients: 3 x (n-1)/n x bytes instead of 2 x (ZeRO paper, Rajbhandari et al.).
 from __future__ import annotations
 
 import numpy as np
-from problems.placement.model.reduce import psum
+from problems.placement.model.reduce import pmax, psum
 
 
 def ring_allreduce_s(nbytes, n, bw, latency=0.0):
@@ -38,6 +38,26 @@ def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_nod
     # regions: every extra region exchanges the full gradient once each way over its link
     t = t + np.where(n_regions > 1, 2.0 * (n_regions - 1) * grad_bytes / cross_bw, 0.0)
     return np.where(dp > 1, volume * t, 0.0)
+
+
+def sync_copies(engines, pool_region, staged, n_regions):
+    """Copies the busiest source of the trainer's broadcast sends (trainer/weight_sync.py; gloo sends
+    one per receiver): direct, one per engine; staged, one per region, or a leader's fan-out to the
+    rest of its region if that is more."""
+    per_region = np.stack([psum(engines * (pool_region[None, :] == r)) for r in range(n_regions)], axis=1)
+    staged_copies = np.maximum((per_region > 0).sum(axis=1), per_region.max(axis=1) - 1)
+    return np.where(staged, staged_copies, psum(engines)).astype(float)
+
+
+def engine_sync_s(route_s, weight_bytes, engines, copies, load_gbs, overhead_s):
+    """A sync as the trainer runs it: the route's transfer over the links, or the copies the busiest
+    source pushes through the sync path at its measured rate (sending, loading, pipelined bucket by
+    bucket), whichever is slower, plus a fixed cost per sync. engines: (N, P); copies: (N,);
+    load_gbs, overhead_s: (P,), fitted from measured syncs (0 = not profiled: no such term)."""
+    has = engines > 0
+    rate = np.where(load_gbs > 0, load_gbs * 1e9, np.inf)[None, :]
+    load = pmax(np.where(has, copies[:, None] * weight_bytes / rate, 0.0))
+    return np.maximum(route_s, load) + pmax(np.where(has, overhead_s[None, :], 0.0))
 
 
 def weight_sync_s(weight_bytes, src_region, engines, pool_region, region_bw, region_lat, region_egress,

@@ -41,6 +41,11 @@ DEFAULTS = {
     "host_gbs": 25.0,
     # CPU Adam for optimizer offload: bytes of optimizer state streamed per second (assumed)
     "cpu_adam_gbs": 10.0,
+    # weight sync (fitted from measured syncs, profile `weight_sync` rows): the rate one copy moves
+    # through the sync path (send + engine load; 0 = not profiled: only the route's links count) and
+    # a fixed cost per sync (calls, per-bucket round trips, the engine's reload bookkeeping)
+    "sync_load_gbs": 0.0,
+    "sync_overhead_s": 0.0,
     # latency of one collective inside a node (NCCL small-message latency; assumed ~10 us NVLink)
     "collective_latency_s": 10e-6,
 }
