@@ -208,43 +208,24 @@ def test_engine_dying_mid_sync_is_restarted_and_gets_the_current_version(ray_loc
     assert rows[2]["behav_abs_diff_mean"] < 1e-5 and rows[2]["staleness_max"] == 0
 
 
-def _sharded_rank_class():
-    """TrainWorker with FSDP2 `fully_shard` on a CPU mesh (gloo): what a zero3 trainer holds, so that
-    iter_full_state really gathers DTensors. Defined in a function so Ray ships the class by value."""
-    from trainer.workers import TrainWorker
-
-    class ShardedRank(TrainWorker):
-        def _wrap(self, sharding):
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import fully_shard
-
-            mesh = init_device_mesh("cpu", (self.world,))
-            for layer in self.module.model.layers:
-                fully_shard(layer, mesh=mesh)
-            fully_shard(self.module, mesh=mesh)
-            return self.module
-
-        def sharded_params(self) -> int:
-            return sum(type(p).__name__ == "DTensor" for p in self.module.parameters())
-
-    return ShardedRank
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines, tiny_model, ray_local):
     """Two ranks with FSDP2-sharded parameters train a step; both gather (full_tensor, a collective)
     bucket by bucket while rank 0 broadcasts to a vLLM engine; vLLM's log-probs equal the trainer's
     within 1e-5 (fp32)."""
-    from trainer.driver import _free_port
+    from trainer.groups import _free_port
     from trainer.models.tiny import load_tokenizer
+    from trainer.workers import TrainWorker
 
     tok = load_tokenizer(tiny_model)
-    cls = ray_local.remote(num_cpus=1)(_sharded_rank_class())
+    cls = ray_local.remote(num_cpus=1)(TrainWorker)
     port = _free_port()
     ranks = [cls.remote(str(tiny_model), r, 2, port, {"lr": 5e-3}, 4, "zero3", pad_id=tok.pad_token_id)
              for r in range(2)]
-    assert all(n > 0 for n in ray_local.get([r.sharded_params.remote() for r in ranks], timeout=300))
+    # FSDP2 on the CPU mesh: each rank holds DTensor shards, so iter_full_state really gathers
+    assert all(n > 0 for n in ray_local.get([r.__ray_call__.remote(
+        lambda self: sum(type(p).__name__ == "DTensor" for p in self.module.parameters())) for r in ranks], timeout=300))
     engine = _Remote(two_engines[0])
     prompts = [[tok.bos_token_id] + tok.encode(p, add_special_tokens=False) for p in ("5+5=", "9-3=", "21+1=")]
     batch = _samples(engine.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, seed=3), prompts, 4)
