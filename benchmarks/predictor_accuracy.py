@@ -36,7 +36,8 @@ from problems.placement.encoding import MODES, SHARDINGS  # noqa: E402
 
 WORKLOAD = REPO / "problems" / "workloads" / "tiny-grpo.yaml"
 
-# name -> (mode, rollout devices, train devices, log2 micro-batch, staleness k, log2 chunks)
+# name -> (mode, rollout devices, train devices, log2 micro-batch, staleness k, log2 chunks[, layout]);
+# layout: (train tp, train pp, sharding), default (1, 1, "none")
 PLANS = {
     "colocated-dp2-mb4": ("colocated", 2, 0, 2, 0, 0),
     "colocated-dp1-mb16": ("colocated", 1, 0, 4, 0, 0),
@@ -45,16 +46,23 @@ PLANS = {
     "async-k1-mb8": ("async", 1, 1, 3, 1, 0),
     "async-k2-mb8": ("async", 1, 1, 3, 2, 0),
     "colocated-dp2-mb1": ("colocated", 2, 0, 0, 0, 0),
+    "colocated-tp2-mb4": ("colocated", 2, 0, 2, 0, 0, (2, 1, "none")),
+    "colocated-pp2-mb4": ("colocated", 2, 0, 2, 0, 0, (1, 2, "none")),
+    "colocated-zero3-dp2-mb4": ("colocated", 2, 0, 2, 0, 0, (1, 1, "zero3")),
 }
 
 
-def plan_vector(problem: PlacementProblem, mode, rollout, train, log2_mb, k, log2_chunks) -> np.ndarray:
+def plan_vector(problem: PlacementProblem, mode, rollout, train, log2_mb, k, log2_chunks,
+                layout=(1, 1, "none")) -> np.ndarray:
     lay = problem.layout
+    tp, pp, sharding = layout
     x = np.zeros(problem.n_var)
     x[0], x[1], x[2] = rollout, train, 0  # one pool: rollout devices, training devices, TP index 0 (TP 1)
     x[lay.g("kv_mem_frac")] = 0.5
     x[lay.g("log2_max_num_seqs")] = 8
-    x[lay.g("sharding")] = SHARDINGS.index("none")
+    x[lay.g("train_tp_idx")] = list(lay.tp_options).index(tp)
+    x[lay.g("train_pp_idx")] = list(lay.pp_options).index(pp)
+    x[lay.g("sharding")] = SHARDINGS.index(sharding)
     x[lay.g("log2_micro_batch")] = log2_mb
     x[lay.g("mode")] = MODES.index(mode)
     x[lay.g("staleness_bound")] = k
@@ -127,7 +135,7 @@ def fit_overheads(rows: list[dict]) -> dict:
 
 def rank_micro_batches(problem: PlacementProblem, name: str, dp: int) -> int:
     """Micro-batches one rank runs per step: chunks x ceil(its share of a chunk / micro-batch)."""
-    mode, _, _, log2_mb, _, log2_chunks = PLANS[name]
+    mode, _, _, log2_mb, _, log2_chunks = PLANS[name][:6]
     chunks = 1 if mode == "colocated" else 2 ** log2_chunks
     samples = problem.workload.prompts_per_step * problem.workload.samples_per_prompt
     return chunks * math.ceil(samples / dp / chunks / 2 ** log2_mb)
@@ -141,6 +149,8 @@ def main() -> int:
     ap.add_argument("--runs", default=str(REPO / "runs" / "predictor-accuracy"))
     ap.add_argument("--analyse-only", action="store_true", help="reuse the runs' summary.json files, train nothing")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "predictor_accuracy.md"))
+    ap.add_argument("--keep-profile", action="store_true",
+                    help="do not write the overheads fitted here into the profile (it keeps its own)")
     args = ap.parse_args()
 
     runs = Path(args.runs)
@@ -174,7 +184,7 @@ def main() -> int:
             (out / "load.json").write_text(json.dumps(os.getloadavg()))
         measured = json.loads((out / "summary.json").read_text())["measured"]
         p0 = predict(problem_for, name, None)
-        mode, _, _, _, k, log2_chunks = PLANS[name]
+        mode, _, _, _, k, log2_chunks = PLANS[name][:6]
         rows.append({"plan": name, "mode": mode, "k": k, "chunks": 2 ** log2_chunks if mode != "colocated" else 1,
                      "meas_step_s": measured["step_s"], "meas_sps": measured["throughput_samples_s"],
                      "meas_stale": measured["staleness"], "meas_rollout_s": measured["rollout_s"],
@@ -211,7 +221,8 @@ def main() -> int:
     lines = [
         "# Predictor accuracy: calibrated model vs measured training runs (this machine)",
         "",
-        f"Regenerate: `python benchmarks/predictor_accuracy.py --steps {args.steps}` (it runs "
+        f"Regenerate: `python benchmarks/predictor_accuracy.py --steps {args.steps}"
+        f"{' --keep-profile' if args.keep_profile else ''}` (it runs "
         "`mosearch profile --out profiles/local.yaml` first when that file is missing). "
         f"Cluster `local` ({base.cluster.pools[0].count} cpu-local devices) with that profile, workload "
         f"`tiny-grpo`; each plan trained {args.steps} steps by `mosearch train` (vLLM CPU build rollouts, PyTorch/gloo "
@@ -249,7 +260,7 @@ def main() -> int:
         + ("".join(f" {a} / {b}: predicted {d:.1f}% apart, measured p = {p:.2f};" for a, b, p, d in against)[:-1] + "."
            if against else ""),
         f"- Staleness, mean absolute error: {np.mean([abs(r['pred_stale'] - r['meas_stale']) for r in rows]):.2f} versions.",
-        f"- Overheads fitted on all runs (written into the profile): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms, "
+        f"- Overheads fitted on all runs ({'not written into the profile: --keep-profile' if args.keep_profile else 'written into the profile'}): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms, "
         f"training step {overall['train_call_s'] * 1e3:.0f} ms, micro-batch of a rank when dp > 1 "
         f"{overall['dp_microbatch_s'] * 1e3:.1f} ms.",
         "",
@@ -277,10 +288,10 @@ def main() -> int:
     atomic_write_text(args.out, "\n".join(lines) + "\n")
     (runs / "rows.json").write_text(json.dumps(rows, indent=1))
 
-    # the profile keeps the run-fitted overheads, so plans made with it include them
-    data = yaml.safe_load(profile.read_text())
-    data["fitted"].update(overall)
-    atomic_write_text(profile, yaml.safe_dump(data, sort_keys=False))
+    if not args.keep_profile:  # the profile keeps the run-fitted overheads, so plans made with it include them
+        data = yaml.safe_load(profile.read_text())
+        data["fitted"].update(overall)
+        atomic_write_text(profile, yaml.safe_dump(data, sort_keys=False))
     print("\n".join(lines))
     return 0
 
