@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ModelSpec, Pool, Workload, _Spec,
-                                      load_cluster, load_workload)
+                                      load_cluster, load_workload, resolve_architecture)
 from problems.specio import load_model
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
@@ -100,15 +100,7 @@ def load_job(path: str | Path) -> TrainingJob:
 
 
 def _arch(job: TrainingJob, where: str | None) -> Architecture:
-    if isinstance(job.model, str):
-        presets = model_presets()
-        arch = presets.get(job.model.lower())
-        if arch is None:
-            hint = ", ".join(nearest(job.model, list(presets))) or ", ".join(presets)
-            raise InputError(where, "model", f"unknown model preset {job.model!r}",
-                             f"a preset name or an architecture mapping; nearest: {hint}")
-        return arch
-    return Architecture(**job.model.model_dump())
+    return resolve_architecture(job.model, where)
 
 
 def _job_context(job: TrainingJob, where: str | None):

@@ -345,18 +345,23 @@ class Workload:
         return self.model.params * self.bytes_per_param
 
 
+def resolve_architecture(model, where: str | None) -> Architecture:
+    """A spec's `model`: a preset name (one-line error naming the nearest presets) or an architecture mapping."""
+    if isinstance(model, str):
+        presets = model_presets()
+        arch = presets.get(model.lower())
+        if arch is None:
+            hint = ", ".join(nearest(model, list(presets))) or ", ".join(presets)
+            raise InputError(where, "model", f"unknown model preset {model!r}",
+                             f"a preset name or an architecture mapping; nearest: {hint}")
+        return arch
+    return Architecture(**model.model_dump())
+
+
 def load_workload(path: str | Path) -> Workload:
     path = str(path)
     spec = load_model(path, WorkloadSpec, "a workload spec (see problems/workloads/)")
-    if isinstance(spec.model, str):
-        presets = model_presets()
-        arch = presets.get(spec.model.lower())
-        if arch is None:
-            hint = ", ".join(nearest(spec.model, list(presets))) or ", ".join(presets)
-            raise InputError(path, "model", f"unknown model preset {spec.model!r}",
-                             f"a preset name or an architecture mapping; nearest: {hint}")
-    else:
-        arch = Architecture(**spec.model.model_dump())
+    arch = resolve_architecture(spec.model, path)
     if arch.heads % arch.kv_heads:
         raise InputError(path, "model.kv_heads", f"{arch.heads} heads are not divisible by {arch.kv_heads} kv_heads",
                          "a divisor of heads")
