@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import re
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
