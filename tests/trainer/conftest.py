@@ -38,6 +38,25 @@ def ray_local():
         ray.shutdown()
 
 
+class _Remote:
+    """Calls on a Ray actor that read like local calls."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def __getattr__(self, name):
+        import ray
+
+        method = getattr(self.actor, name)
+        return lambda *a, **kw: ray.get(method.remote(*a, **kw))
+
+
+@pytest.fixture(scope="session")
+def local_calls():
+    """Wrap a Ray actor so that `wrapped.f(x)` is `ray.get(actor.f.remote(x))`."""
+    return _Remote
+
+
 @pytest.fixture
 def plan_file(tmp_path):
     """Write a variant of the local test plan: plan_file(mode=..., pools=..., ...)."""

@@ -98,17 +98,6 @@ def test_buckets_stay_bounded_and_a_wrong_version_is_refused():
 
 
 # -- vLLM engines on Ray: log-probs after a broadcast ------------------------------------------------
-class _Remote:
-    def __init__(self, actor):
-        self.actor = actor
-
-    def __getattr__(self, name):
-        import ray
-
-        method = getattr(self.actor, name)
-        return lambda *a, **kw: ray.get(method.remote(*a, **kw))
-
-
 @pytest.fixture(scope="module")
 def two_engines(tiny_model, ray_local):
     from trainer.models.tiny import load_tokenizer
@@ -131,7 +120,8 @@ def _samples(res, prompts, n):
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_vllm_logprobs_equal_the_trainers_after_a_broadcast_direct_and_staged(two_engines, tiny_model, ray_local):
+def test_vllm_logprobs_equal_the_trainers_after_a_broadcast_direct_and_staged(two_engines, tiny_model, ray_local,
+                                                                             local_calls):
     """A replicated trainer (a Ray actor, as the driver hosts it) trains one step, then broadcasts to
     two vLLM engines in region 'eu' while it sits in 'us': direct (two copies leave the trainer) and
     staged (one copy crosses, the leader fans out). vLLM's log-probs then equal the trainer's
@@ -142,7 +132,7 @@ def test_vllm_logprobs_equal_the_trainers_after_a_broadcast_direct_and_staged(tw
     tok = load_tokenizer(tiny_model)
     actor = ray_local.remote(num_cpus=1)(TrainWorker).remote(str(tiny_model), 0, 1, 0, {"lr": 5e-3}, 4,
                                                               pad_id=tok.pad_token_id)
-    worker, engines = _Remote(actor), [_Remote(a) for a in two_engines]
+    worker, engines = local_calls(actor), [local_calls(a) for a in two_engines]
     prompts = [[tok.bos_token_id] + tok.encode(p, add_special_tokens=False) for p in ("12+7=", "3-1=", "40+40=")]
     batch = _samples(engines[0].generate(prompts, n=4, max_new_tokens=6, temperature=1.0, seed=1), prompts, 4)
     for s in batch:
@@ -210,7 +200,7 @@ def test_engine_dying_mid_sync_is_restarted_and_gets_the_current_version(ray_loc
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines, tiny_model, ray_local):
+def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines, tiny_model, ray_local, local_calls):
     """Two ranks with FSDP2-sharded parameters train a step; both gather (full_tensor, a collective)
     bucket by bucket while rank 0 broadcasts to a vLLM engine; vLLM's log-probs equal the trainer's
     within 1e-5 (fp32)."""
@@ -226,7 +216,7 @@ def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines,
     # FSDP2 on the CPU mesh: each rank holds DTensor shards, so iter_full_state really gathers
     assert all(n > 0 for n in ray_local.get([r.__ray_call__.remote(
         lambda self: sum(type(p).__name__ == "DTensor" for p in self.module.parameters())) for r in ranks], timeout=300))
-    engine = _Remote(two_engines[0])
+    engine = local_calls(two_engines[0])
     prompts = [[tok.bos_token_id] + tok.encode(p, add_special_tokens=False) for p in ("5+5=", "9-3=", "21+1=")]
     batch = _samples(engine.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, seed=3), prompts, 4)
     for s in batch:

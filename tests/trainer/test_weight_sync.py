@@ -8,21 +8,8 @@ from trainer.batch import Sample
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-class _Remote:
-    """Calls on a Ray actor that read like local calls."""
-
-    def __init__(self, actor):
-        self.actor = actor
-
-    def __getattr__(self, name):
-        import ray
-
-        method = getattr(self.actor, name)
-        return lambda *a, **kw: ray.get(method.remote(*a, **kw))
-
-
 @pytest.fixture(scope="session")
-def vllm_engine(tiny_model, ray_local):
+def vllm_engine(tiny_model, ray_local, local_calls):
     """ONE vLLM engine for the session, in a Ray actor as the trainer hosts it. (In-process it
     would share the test session's modules: vLLM's CPU kernel registration scans sys.modules
     and fails on llvmlite objects once numba, used by pymoo's AGE-MOEA-II, has been imported.)"""
@@ -31,7 +18,7 @@ def vllm_engine(tiny_model, ray_local):
 
     actor = ray_local.remote(num_cpus=1)(VLLMEngine).remote(
         str(tiny_model), max_num_seqs=32, max_model_len=64, seed=0, eos_id=load_tokenizer(tiny_model).eos_token_id)
-    yield _Remote(actor)
+    yield local_calls(actor)
     ray_local.kill(actor)
 
 
