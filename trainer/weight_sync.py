@@ -16,13 +16,25 @@ so an engine holds one bucket beyond its weights, never a second copy of the mod
 Wire format per bucket, on every group: a header int64[4] = (version, meta bytes, payload bytes,
 tensors), then one uint8 tensor: JSON metadata (name, dtype, shape, offset per tensor) followed by
 the tensors' raw bytes, each at a 64-byte aligned offset. A header with 0 tensors ends the stream.
+
+Colocated engines (the plan puts an engine on its trainer's device) take a hand-over instead of the
+bytes, as verl and slime do with CUDA IPC: the sender packs each bucket into memory the receivers
+can map (a CUDA IPC handle on GPU, a shared-memory file on CPU), the group carries only the handle
+(always gloo: NCCL cannot put two ranks of a group on one device), and a barrier after each bucket
+tells the sender every receiver has loaded it, so one bucket is shared at a time. A group is
+shared only if every member reports the same device key (same GPU by UUID; on CPU, the same host):
+asked for elsewhere, it carries bytes as usual.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import pickle
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import torch
@@ -90,6 +102,13 @@ class Member:
     send: list = field(default_factory=list)  # process groups it is the source of
     names: list[str] = field(default_factory=list)
     stores: list = field(default_factory=list)
+    shared: set = field(default_factory=set)  # names of the groups that carry hand-overs, not bytes
+    recv_name: str | None = None
+    send_names: list[str] = field(default_factory=list)
+
+    @property
+    def recv_shared(self) -> bool:
+        return self.recv_name in self.shared
 
     def close(self) -> None:
         for pg in ([self.recv] if self.recv is not None else []) + self.send:
@@ -98,26 +117,48 @@ class Member:
             except Exception:  # already broken
                 pass
         self.recv, self.send, self.names, self.stores = None, [], [], []
+        self.shared, self.recv_name, self.send_names = set(), None, []
+
+
+def device_key() -> str:
+    """Who can map whose memory: the GPU (by UUID) on CUDA, the host (and its boot) on CPU."""
+    if torch.cuda.is_available():
+        return "cuda:" + str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        boot = ""
+    import socket
+
+    return f"host:{socket.gethostname()}:{boot}"
 
 
 def join(specs: list[dict]) -> Member:
     """Create this member's process groups. `specs`: for each group it belongs to, in route order,
-    {name, host, port, rank, size}; every member of a group must call this at the same time."""
+    {name, host, port, rank, size, share?}; every member of a group must call this at the same time.
+    With `share`, the group carries hand-overs if all its members report one device key."""
     m = Member()
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     for s in specs:
         store = torch.distributed.TCPStore(s["host"], s["port"], s["size"], s["rank"] == 0, timeout=timeout)
         prefix = torch.distributed.PrefixStore(s["name"], store)
-        if _backend() == "nccl":
+        shared = False
+        if s.get("share"):
+            prefix.set(f"device/{s['rank']}", device_key())
+            shared = len({prefix.get(f"device/{r}") for r in range(s["size"])}) == 1
+        if _backend() == "nccl" and not shared:
             opts = torch.distributed.ProcessGroupNCCL.Options()
             pg = torch.distributed.ProcessGroupNCCL(prefix, s["rank"], s["size"], opts)
         else:
             pg = torch.distributed.ProcessGroupGloo(prefix, s["rank"], s["size"], timeout)
         m.stores.append(store)  # the store must outlive the group
+        if shared:
+            m.shared.add(s["name"])
         if s["rank"] == 0:
             m.send.append(pg)
+            m.send_names.append(s["name"])
         else:
-            m.recv = pg
+            m.recv, m.recv_name = pg, s["name"]
         m.names.append(s["name"])
     return m
 
@@ -144,14 +185,16 @@ def buckets(items, bucket_bytes: int):
 
 
 # -- packing -------------------------------------------------------------------------------------
-def pack(items: list[tuple[str, torch.Tensor]], device: torch.device | None = None) -> tuple[dict, torch.Tensor]:
-    """A bucket as (metadata, one flat uint8 tensor holding every tensor's bytes, aligned)."""
+def pack(items: list[tuple[str, torch.Tensor]], device: torch.device | None = None,
+         alloc=None) -> tuple[dict, torch.Tensor]:
+    """A bucket as (metadata, one flat uint8 tensor holding every tensor's bytes, aligned).
+    `alloc(nbytes)` provides the flat tensor (shared memory for a hand-over); default: `device`."""
     meta, off = [], 0
     for name, t in items:
         n = t.numel() * t.element_size()
         meta.append([name, str(t.dtype).removeprefix("torch."), list(t.shape), off, n])
         off += -(-n // ALIGN) * ALIGN
-    flat = torch.empty(off, dtype=torch.uint8, device=device or items[0][1].device)
+    flat = alloc(off) if alloc else torch.empty(off, dtype=torch.uint8, device=device or items[0][1].device)
     for (_, t), (_, _, _, o, n) in zip(items, meta):
         flat[o:o + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
     return {"tensors": meta}, flat
@@ -165,6 +208,53 @@ def unpack(meta: dict, flat: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+# -- hand-over: memory both ends map --------------------------------------------------------------
+def _shm_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+class SharedBucket:
+    """A bucket the receivers map instead of receiving: a shared-memory file on CPU, the packed
+    tensor itself (exported as a CUDA IPC handle) on GPU. `close()` frees it after the barrier."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.path, self.flat = device, None, None
+
+    def alloc(self, nbytes: int) -> torch.Tensor:
+        if self.device.type == "cuda":
+            self.flat = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        else:
+            self.path = os.path.join(_shm_dir(), f"mosearch-sync-{os.getpid()}-{uuid.uuid4().hex}")
+            self.flat = torch.from_file(self.path, shared=True, size=max(nbytes, 1), dtype=torch.uint8)[:nbytes]
+        return self.flat
+
+    def handle(self) -> bytes:
+        if self.device.type == "cuda":
+            from torch.multiprocessing.reductions import reduce_tensor
+
+            return pickle.dumps(("cuda_ipc", reduce_tensor(self.flat)))
+        return pickle.dumps(("shm", self.path, self.flat.numel()))
+
+    def close(self) -> None:
+        self.flat = None
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.path = None
+
+
+def open_handle(blob: bytes) -> torch.Tensor:
+    """The receiver's view of a shared bucket (no copy)."""
+    kind, *rest = pickle.loads(blob)  # from this run's own training rank, over the run's own group
+    if kind == "cuda_ipc":
+        fn, args = rest[0]
+        return fn(*args)
+    path, nbytes = rest
+    return torch.from_file(path, shared=True, size=max(nbytes, 1), dtype=torch.uint8)[:nbytes]
+
+
 # -- the two ends ----------------------------------------------------------------------------------
 def send(member: Member | None, version: int, buckets, device: torch.device) -> dict:
     """Consume `buckets` (lists of (name, full tensor)) and, if this process is a source, broadcast
@@ -173,8 +263,10 @@ def send(member: Member | None, version: int, buckets, device: torch.device) -> 
     Every rank must consume all buckets even if sending failed: a sharded trainer's gather is a
     collective. A failure closes this member's groups (so receivers fail at once, not after a
     timeout) and is returned as `error`."""
-    st = {"gather_s": 0.0, "transfer_s": 0.0, "bytes": 0, "buckets": 0, "error": None}
     groups = member.send if member is not None else []
+    shared = [n in member.shared for n in member.send_names] if groups else []
+    st = {"gather_s": 0.0, "transfer_s": 0.0, "bytes": 0, "shared_bytes": 0, "buckets": 0, "error": None,
+          "transport": ("cuda_ipc" if device.type == "cuda" else "shared_memory") if any(shared) else "bytes"}
     it = iter(buckets)
     while True:
         t0 = time.perf_counter()
@@ -185,25 +277,36 @@ def send(member: Member | None, version: int, buckets, device: torch.device) -> 
         if not groups or st["error"]:
             st["gather_s"] += time.perf_counter() - t0
             continue
-        meta, flat = pack(bucket, device)
-        head, body = _frame(version, meta, flat)
+        box = SharedBucket(device) if any(shared) else None
+        meta, flat = pack(bucket, device, box.alloc if box else None)
+        head, body = _frame(version, meta, flat) if not all(shared) else (None, None)
         st["gather_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
-            for pg in groups:
-                _bcast(pg, head)
-                _bcast(pg, body)
+            for pg, handover in zip(groups, shared):
+                if handover:  # the handle goes over gloo; the barrier: every receiver has loaded it
+                    h, b = _frame(version, meta, torch.frombuffer(bytearray(box.handle()), dtype=torch.uint8))
+                    _bcast(pg, h)
+                    _bcast(pg, b)
+                    pg.barrier().wait()
+                    st["shared_bytes"] += flat.numel()
+                else:
+                    _bcast(pg, head)
+                    _bcast(pg, body)
+                    st["bytes"] += body.numel() * (pg.size() - 1)  # one copy per receiver
         except Exception as err:  # a receiver died: stop sending, finish the gather
             st["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             member.close()
+        finally:
+            if box:
+                box.close()
         st["transfer_s"] += time.perf_counter() - t0
-        st["bytes"] += body.numel() * sum(pg.size() - 1 for pg in groups)  # one copy per receiver
         st["buckets"] += 1
     if groups and not st["error"]:
         t0 = time.perf_counter()
         try:
-            for pg in groups:
-                _bcast(pg, torch.zeros(4, dtype=torch.int64, device=device))
+            for pg, handover in zip(groups, shared):
+                _bcast(pg, torch.zeros(4, dtype=torch.int64, device="cpu" if handover else device))
         except Exception as err:
             st["error"] = f"{type(err).__name__}: {err}"
             member.close()
@@ -234,44 +337,79 @@ class Receiver:
                    "error": None}
 
     def stream(self):
-        pg = self.member.recv
+        pg, shared = self.member.recv, self.member.recv_shared
+        dev = torch.device("cpu") if shared else self.device  # a hand-over's handle comes over gloo
+        if shared:
+            self.st["transport"] = "cuda_ipc" if self.device.type == "cuda" else "shared_memory"
         while True:
             t0 = time.perf_counter()
             try:
-                head = torch.empty(4, dtype=torch.int64, device=self.device)
+                head = torch.empty(4, dtype=torch.int64, device=dev)
                 _bcast(pg, head)
                 version, mlen, plen, n = (int(x) for x in head.tolist())
-                body = None
+                body = flat = None
                 if n:
-                    body = torch.empty(mlen + plen, dtype=torch.uint8, device=self.device)
+                    body = torch.empty(mlen + plen, dtype=torch.uint8, device=dev)
                     _bcast(pg, body)
+                    meta = json.loads(bytes(body[:mlen].cpu().numpy()).decode())
+                    flat = open_handle(bytes(body[mlen:].numpy())) if shared else body[mlen:]
             except Exception as err:
                 self._fail(err)
                 return
             self.st["transfer_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             try:
-                for out in self.member.send:
-                    _bcast(out, head)
-                    if body is not None:
-                        _bcast(out, body)
+                for out, name in zip(self.member.send, self.member.send_names):
+                    self._forward(out, name in self.member.shared, head, body, version, meta if n else None, flat,
+                                  body[mlen:] if shared and n else None)
             except Exception as err:
                 self._fail(err)
                 return
             self.st["forward_s"] += time.perf_counter() - t0
-            if body is not None:
-                self.st["forwarded_bytes"] += body.numel() * sum(out.size() - 1 for out in self.member.send)
             if not n:
                 return
             if version != self.version:
                 self._fail(RuntimeError(f"got weights v{version}, expected v{self.version}"))
                 return
-            self.st["bytes"] += body.numel()
+            self.st["bytes"] += flat.numel() if shared else body.numel()  # what came on the wire / mapped
             self.st["buckets"] += 1
             if self.die_after is not None and self.st["buckets"] >= self.die_after:
                 _die()  # test hook: this engine dies mid-sync, after its first buckets
-            meta = json.loads(bytes(body[:mlen].cpu().numpy()).decode())
-            yield from unpack(meta, body[mlen:])
+            yield from unpack(meta, flat)
+            if shared:  # loaded: the sender may free this bucket
+                del flat
+                try:
+                    pg.barrier().wait()
+                except Exception as err:
+                    self._fail(err)
+                    return
+
+    def _forward(self, out, handover: bool, head, body, version, meta, flat, handle) -> None:
+        """A leader passes the bucket on: as it came when the kinds match, else re-framed (bytes from
+        a hand-over, or a hand-over of received bytes), waiting for the fan-out's barrier."""
+        if meta is None:  # end of stream
+            _bcast(out, torch.zeros(4, dtype=torch.int64, device="cpu" if handover else self.device))
+            return
+        if handover:
+            box = None
+            if handle is None:  # received bytes: share them
+                box = SharedBucket(self.device)
+                box.alloc(flat.numel()).copy_(flat)
+                handle = torch.frombuffer(bytearray(box.handle()), dtype=torch.uint8)
+            try:
+                h, b = _frame(version, meta, handle)
+                _bcast(out, h)
+                _bcast(out, b)
+                out.barrier().wait()
+            finally:
+                if box:
+                    box.close()
+            return
+        if handle is not None:  # received a hand-over: send the bytes
+            head, body = _frame(version, meta, flat.to(self.device))
+        _bcast(out, head)
+        _bcast(out, body)
+        self.st["forwarded_bytes"] += body.numel() * (out.size() - 1)
 
     def _fail(self, err: Exception) -> None:
         self.st["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -304,9 +442,10 @@ class SyncEndpoint:
             self._sync = None
 
 
-def connect(groups: list[Group], workers: list, engines: list) -> list:
+def connect(groups: list[Group], workers: list, engines: list, share: bool = False) -> list:
     """Build the groups on Ray actors: ask each source for an address, then have every member join
-    its groups at once (joins block until the whole group is there). Returns the join refs."""
+    its groups at once (joins block until the whole group is there). Returns the join refs.
+    `share`: the plan colocates engines with the trainer: hand over where members share a device."""
     import ray
 
     actor = lambda m: (workers if m[0] == "worker" else engines)[m[1]]  # noqa: E731
@@ -315,5 +454,5 @@ def connect(groups: list[Group], workers: list, engines: list) -> list:
     for g, (host, port) in zip(groups, addrs):
         for rank, m in enumerate(g.members):
             specs.setdefault(m, []).append({"name": g.name, "host": host, "port": port, "rank": rank,
-                                            "size": len(g.members)})
+                                            "size": len(g.members), "share": share})
     return [actor(m).sync_join.remote(s) for m, s in specs.items()]

@@ -97,6 +97,75 @@ def test_buckets_stay_bounded_and_a_wrong_version_is_refused():
             assert got["lead"] == [] and "expected v6" in stats["lead"]["error"]
 
 
+def _handover(state, bucket, keys):
+    """Sender -> leader -> follower with `share` asked on both groups; `keys` gives each member's
+    device key (same key: memory both can map). Returns (sent stats, received tensors, stats)."""
+    import os
+
+    p1, p2 = WS.free_address()[1], WS.free_address()[1]
+    share = lambda spec: {**spec, "share": True}  # noqa: E731
+    real = WS.device_key
+    WS.device_key = lambda: keys[threading.current_thread().name]
+    try:
+        threads, m = [], {}
+        for who, specs in {"src": [share(_spec("cross", p1, 0, 2))],
+                           "lead": [share(_spec("cross", p1, 1, 2)), share(_spec("fan", p2, 0, 2))],
+                           "follow": [share(_spec("fan", p2, 1, 2))]}.items():
+            t = threading.Thread(target=lambda w=who, s=specs: m.__setitem__(w, WS.join(s)), name=who)
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(60)
+    finally:
+        WS.device_key = real
+    got, stats = {}, {}
+
+    def recv(who):
+        rx = WS.Receiver(m[who], 3, torch.device("cpu"))
+        got[who] = [(n, t.clone()) for n, t in rx.stream()]
+        stats[who] = rx.st
+
+    before = set(os.listdir(WS._shm_dir()))
+    threads = [threading.Thread(target=recv, args=(w,)) for w in ("lead", "follow")]
+    for t in threads:
+        t.start()
+    sent = WS.send(m["src"], 3, iter(list(WS.buckets(iter(state), bucket))), torch.device("cpu"))
+    for t in threads:
+        t.join(60)
+    for member in m.values():
+        member.close()
+    leftover = {f for f in set(os.listdir(WS._shm_dir())) - before if f.startswith("mosearch-sync-")}
+    return sent, got, stats, leftover
+
+
+def test_colocated_members_take_a_shared_memory_handover_others_get_bytes():
+    """A group whose members all report one device key carries handles to shared memory, not the
+    weights (no byte of payload on the wire, every bucket freed after the barrier); a group with a
+    member elsewhere carries bytes though sharing was asked for. The data arrives intact either way,
+    and a leader that received a hand-over forwards bytes."""
+    state = [(f"w{i}", torch.randn(50 + i)) for i in range(12)] + [("big", torch.randn(2000))]
+    for keys, shared_groups in (({"src": "a", "lead": "a", "follow": "a"}, {"cross", "fan"}),
+                                ({"src": "a", "lead": "a", "follow": "b"}, {"cross"}),
+                                ({"src": "a", "lead": "b", "follow": "b"}, {"fan"}),
+                                ({"src": "a", "lead": "b", "follow": "c"}, set())):
+        sent, got, stats, leftover = _handover(state, 1000, keys)
+        assert sent["error"] is None and sent["buckets"] > 3 and not leftover
+        for who in ("lead", "follow"):
+            assert [n for n, _ in got[who]] == [n for n, _ in state], keys
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got[who], state))
+            assert stats[who]["error"] is None
+        if "cross" in shared_groups:
+            assert sent["transport"] == "shared_memory" and sent["bytes"] == 0
+            assert sent["shared_bytes"] == stats["lead"]["bytes"] >= sum(t.numel() * 4 for _, t in state)
+            assert stats["lead"]["transport"] == "shared_memory"
+        else:
+            assert sent["transport"] == "bytes" and sent["bytes"] == stats["lead"]["bytes"] and sent["shared_bytes"] == 0
+        assert stats["follow"].get("transport", "bytes") == ("shared_memory" if "fan" in shared_groups else "bytes")
+        # the leader forwards bytes when its fan-out group cannot share (whatever it received), none when it can
+        fan_bytes = 0 if "fan" in shared_groups else stats["follow"]["bytes"]
+        assert stats["lead"]["forwarded_bytes"] == fan_bytes and (fan_bytes > 0) == ("fan" not in shared_groups)
+
+
 # -- vLLM engines on Ray: log-probs after a broadcast ------------------------------------------------
 @pytest.fixture(scope="module")
 def two_engines(tiny_model, ray_local):
@@ -140,18 +209,22 @@ def test_vllm_logprobs_equal_the_trainers_after_a_broadcast_direct_and_staged(tw
     worker.accumulate(batch, n_global=len(batch), n_micro=2, last=True)
     worker.apply()
 
-    for version, route in ((1, "direct"), (2, "staged")):
+    for version, route, share in ((1, "direct", False), (2, "staged", False), (3, "direct", True)):
         groups = WS.route_groups(route, ["eu", "eu"], "us")
-        ray_local.get(WS.connect(groups, [actor], two_engines), timeout=120)
+        ray_local.get(WS.connect(groups, [actor], two_engines, share=share), timeout=120)
         recv = [e.receive_weights.remote(version) for e in two_engines]
         sent = worker.broadcast_weights(version, 64 << 10)  # 64 KiB buckets: the 2 MB model in many
         got = ray_local.get(recv, timeout=120)
         assert sent["error"] is None and all(g["error"] is None for g in got)
         assert sent["buckets"] > 10 and all(g["buckets"] == sent["buckets"] for g in got)
         body = got[0]["bytes"]
-        # direct: the trainer sends each engine its copy; staged: one copy leaves it, engine 0 forwards
-        assert sent["bytes"] == (2 * body if route == "direct" else body)
-        assert got[0]["forwarded_bytes"] == (body if route == "staged" else 0) and got[1]["forwarded_bytes"] == 0
+        if share:  # colocated on one host: the engines map the trainer's buckets, no payload on the wire
+            assert sent["transport"] == "shared_memory" and sent["bytes"] == 0 and sent["shared_bytes"] == body
+            assert all(g["transport"] == "shared_memory" for g in got)
+        else:
+            # direct: the trainer sends each engine its copy; staged: one copy leaves it, engine 0 forwards
+            assert sent["transport"] == "bytes" and sent["bytes"] == (2 * body if route == "direct" else body)
+            assert got[0]["forwarded_bytes"] == (body if route == "staged" else 0) and got[1]["forwarded_bytes"] == 0
         for i, e in enumerate(engines):
             res = e.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, seed=10 + version)
             after = _samples(res, prompts, 4)
