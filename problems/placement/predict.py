@@ -61,7 +61,11 @@ class TrainingJob(_Spec):
     gpus_per_node: int = Field(default=8, gt=0)
     inter_node_gbs: float = Field(default=DEFAULT_INTER_NODE_GBS, gt=0, description="per-node network, GB/s")
     sharding: Literal["none", "zero1", "zero2", "zero3", "fsdp"] = "none"
-    recompute: bool = Field(default=False, description="full activation recomputation")
+    recompute: bool | Literal["selective_op"] = Field(
+        default=False, description="true: full activation recomputation; selective_op: torchtitan's selective "
+                                   "op checkpointing (every second matmul and the element-wise ops recomputed)")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism with TP (layer norms "
+                                                               "and dropout on 1/tp of the tokens)")
     interleave: int = Field(default=1, gt=0, description="virtual pipeline stages per rank (interleaved 1F1B)")
     optimizer_offload: bool = False
     efficiencies: dict[str, dict[str, float]] = Field(default_factory=dict,
@@ -155,6 +159,8 @@ def _job_context(job: TrainingJob, where: str | None):
     ctx.rl_passes = False
     ctx.even_split = True  # a plain training job runs on a framework that splits the batch evenly
     ctx.interleave = job.interleave
+    ctx.selective_op = job.recompute == "selective_op"
+    ctx.sequence_parallel = job.sequence_parallel and job.tp > 1
     # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
     # (even stages) is the planner's own layout, replicas in pools
     staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)
@@ -162,7 +168,7 @@ def _job_context(job: TrainingJob, where: str | None):
     f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp),
          "train_gpus": np.array([[p.count for p in pools]], dtype=np.int64),
          "shared_gpus": np.zeros((1, len(pools)), dtype=np.int64),
-         "recompute": one(int(job.recompute)), "sharding": one(SHARDINGS.index(job.sharding)),
+         "recompute": one(int(job.recompute is True)), "sharding": one(SHARDINGS.index(job.sharding)),
          "optimizer_offload": one(int(job.optimizer_offload)),
          "stages_on_pool": np.array([[job.pp if per_replica else per_type[k] for k in kinds]], dtype=np.int64)}
     if staged:
@@ -214,7 +220,8 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
     tokens = job.global_batch * job.seq_len
     gpus = job.gpus
     # model FLOPs as Megatron-LM counts them (forward + backward, no recompute): what MFU compares with
-    model_flops = float(tr["train_flops"][0]) / (1.0 + job.recompute / 3.0)
+    full = job.recompute is True
+    model_flops = float(tr["train_flops"][0] - tr["selective_recompute_flops"][0]) / (1.0 + full / 3.0)
     peak = np.average([p.gpu.peak(job.precision) for p in cluster.pools], weights=[p.count for p in cluster.pools])
     parts = {k: float(tr[k][0]) for k in ("train_compute_s", "pipeline_bubble_s", "tp_comm_s", "pp_comm_s",
                                           "dp_sync_s", "optimizer_s")}
@@ -244,6 +251,11 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
            f"attention {attention}" + (" (no score matrix, causal half of the keys)" if ctx.flash
                                        else " (s x s scores computed, stored and passed through softmax/dropout)"),
            f"MLP {'gated (3 matrices)' if ctx.gated else 'plain (2 matrices)'}",
+           *(["fp8: the layers' Linear matmuls at the fp8 peak; attention (QK^T, AV) and the LM head at the bf16 "
+              "peak (Transformer Engine / torchao float8 convert Linear layers only)"] if precision == "fp8" else []),
+           *(["selective op checkpointing: every second matmul and the element-wise ops recomputed, matmul and "
+              "attention outputs kept (torchtitan)"] if ctx.selective_op else []),
+           *(["sequence parallelism: layer norms and dropout on 1/tp of the tokens"] if ctx.sequence_parallel else []),
            "data split evenly over data-parallel ranks" if ctx.even_split else "data split by replica speed",
            "pipeline: 1F1B, sum of stage times + (micro-batches - 1) x the slowest stage; LM head on the last stage"]
     for i, p in enumerate(cluster.pools):

@@ -7,7 +7,10 @@ Sources (shared reference systems.md):
 - activations per layer (Korthikanti et al. 2022): s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP t;
   flash attention never materialises the a*s*s score tensors, so the 5as/(ht) term is dropped
   (kept for unfused attention);
-  with full recomputation only the layer input, 2*s*b*h, is kept (plus one layer re-materialised).
+  with full recomputation only the layer input, 2*s*b*h, is kept (plus one layer re-materialised);
+  with sequence parallelism s*b*h*34/t (and 2*s*b*h/t under full recomputation);
+  torchtitan's selective op checkpointing keeps the layer input, every other matmul output and
+  attention's output (`selective_op_split`).
 - KV cache bytes = 2 * layers * kv_heads * head_dim * tokens * bytes_per_elem.
 All arrays are (N, P): plans x pools.
 """
@@ -22,6 +25,26 @@ from problems.placement.model.params import ModelContext
 # 2048 is its long-standing default for chunked prefill (assumed)
 ENGINE_BATCHED_TOKENS = 2048
 SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(5)
+
+
+def selective_op_split(hidden, q_dim, kv_dim, ffn, gated=True):
+    """torchtitan's selective "op" activation checkpointing of one transformer layer
+    (`_apply_ac_to_transformer_block`, torchtitan commit 9dec370, torchtitan/parallelisms/
+    parallelize_llama.py): outputs of matmuls and of scaled-dot-product attention are saved "except
+    every second mm"; every other op is recomputed in the backward. The layer's matmuls run in the
+    order wq, wk, wv, wo, then w1, w3, w2 (gated: w2(silu(w1 x) * w3 x)) or up, down (plain), so
+    the 2nd, 4th and 6th are recomputed.
+    Returns (weights of the recomputed matmuls, saved elements per token that TP shards, saved
+    elements per token that stay whole): the saved matmul outputs; the attention output and the
+    layer input are added by the caller."""
+    mlp = [(hidden * ffn, ffn, True), (hidden * ffn, ffn, True), (ffn * hidden, hidden, False)] if gated \
+        else [(hidden * ffn, ffn, True), (ffn * hidden, hidden, False)]
+    mms = [(hidden * q_dim, q_dim, True), (hidden * kv_dim, kv_dim, True), (hidden * kv_dim, kv_dim, True),
+           (q_dim * hidden, hidden, False), *mlp]
+    recomputed = sum(w for i, (w, _, _) in enumerate(mms) if i % 2 == 1)
+    sharded = sum(o for i, (_, o, sh) in enumerate(mms) if i % 2 == 0 and sh)
+    whole = sum(o for i, (_, o, sh) in enumerate(mms) if i % 2 == 0 and not sh)
+    return float(recomputed), float(sharded), float(whole)
 
 
 def state_bytes_per_param(bpe: int) -> tuple[float, float, float]:
@@ -61,8 +84,18 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
     sbh = s * mb * ctx.hidden
     # unfused attention also keeps the scores, softmax output and dropout mask: 5as/(ht) per element
     scores = 0.0 if ctx.flash else 5 * ctx.heads * s / (ctx.hidden * tp)
-    per_layer_full = sbh * (10 + 24 / tp + scores) * scale
-    per_layer_kept = np.where(recompute.astype(bool), 2 * sbh * scale, per_layer_full)
+    # sequence parallelism splits the layer norm / dropout activations and the layer input over t too
+    # (Korthikanti et al. 2022, eq. 4.2.2: s b h 34 / t; full recomputation keeps 2 s b h / t)
+    sp = np.where(ctx.sequence_parallel, tp, 1)
+    base = np.where(ctx.sequence_parallel, 34.0 / tp, 10.0 + 24.0 / tp)
+    per_layer_full = sbh * (base + scores) * scale
+    full_rec = recompute.astype(bool)
+    per_layer_kept = np.where(full_rec, 2 * sbh * scale / sp, per_layer_full)
+    if ctx.selective_op:  # torchtitan's selective op: the layer input, the saved matmul outputs, attention's output
+        _, sharded, whole = selective_op_split(ctx.hidden, ctx.q_dim, ctx.kv_dim, ctx.ffn, ctx.gated)
+        per_tok = (ctx.hidden + whole) / sp + (sharded + ctx.q_dim) / tp  # elements
+        lse = ctx.heads / tp * 4  # fp32 log-sum-exp per head, bytes
+        per_layer_kept = np.where(full_rec, per_layer_kept, s * mb * (per_tok * ctx.bpe + lse))
     n = np.maximum(n_micro, 1)
     if ctx.stage_layers is None:
         layers = np.ceil(ctx.layers / pp)
@@ -70,7 +103,8 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
     else:  # stage i keeps pp - i micro-batches in flight; the peak is the stage with most layers x that
         k = len(ctx.stage_layers)
         kept = np.max(np.stack([ctx.stage_layers[i] * np.minimum(k - i, n) for i in range(k)]), axis=0)
-    acts = kept * per_layer_kept + np.where(recompute.astype(bool), per_layer_full, 0)
+    # recomputation materialises one layer's full activations in the backward
+    acts = kept * per_layer_kept + np.where(full_rec | ctx.selective_op, per_layer_full, 0)
     # logits of one micro-batch in the working precision plus fp32 for the softmax/loss
     logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4)
     return acts + logits

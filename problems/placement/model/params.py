@@ -99,6 +99,18 @@ class ModelContext:
     gated: bool = True  # gated MLP (3 matrices) or plain (2)
     flash: bool = True  # flash attention (no score matrix, causal half) or unfused (full s x s)
     matmul_params: float = 0.0  # weights a token multiplies per forward: layers + the LM head (no input embedding)
+    kv_dim: int = 0  # kv_heads * head_dim (the K and V projections' width)
+    # peak FLOP/s (P,) of the matmuls an FP8 run keeps in BF16: attention's QK^T / AV and the LM head
+    # (Transformer Engine casts only its Linear layers to FP8, DotProductAttention stays BF16 unless
+    # fp8_dpa is set; Megatron's output layer is not a TE module; torchao's float8 training in
+    # torchtitan converts nn.Linear modules except `output`). None: every matmul at `flops`.
+    flops_hp: np.ndarray | None = None
+    # torchtitan's selective "op" activation checkpointing: every second matmul and all element-wise
+    # ops recomputed, attention kept (`selective_op_split`); a plain training job sets it
+    selective_op: bool = False
+    # Megatron sequence parallelism (Korthikanti et al. 2022, section 4.2.2): with TP, layer norms and
+    # dropout run on 1/t of the sequence, so their kernels and stored activations shrink by t
+    sequence_parallel: bool = False
     # data split over data-parallel replicas: in proportion to replica speed (what mosearch's trainer
     # does with the plan's `train_speed`) or even (Megatron, DeepSpeed, verl: global_batch / dp each;
     # `predict` sets it for a plain training job)
@@ -182,4 +194,6 @@ def build_context(cluster: Cluster, workload: Workload,
         gated=m.mlp == "gated",
         flash=workload.attention == "flash",
         matmul_params=float(m.layers * m.params_per_layer + m.vocab * m.hidden),
+        kv_dim=m.kv_heads * m.hd,
+        flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
     )

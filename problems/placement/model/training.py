@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
-from problems.placement.model.memory import SHARD_FSDP, SHARD_NONE, SHARD_Z3, state_bytes_per_param, stage_params
+from problems.placement.model.memory import (SHARD_FSDP, SHARD_NONE, SHARD_Z3, selective_op_split, state_bytes_per_param,
+                                             stage_params)
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
 
@@ -51,7 +52,8 @@ def layer_fwd_flops(params_per_layer, q_dim, seq, seqs, attn_context):
     return seqs * seq * (2.0 * params_per_layer + 4.0 * q_dim * attn_context)
 
 
-def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_elems=0.0, fused_softmax=True):
+def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_elems=0.0, fused_softmax=True,
+                            sp=1.0):
     """HBM bytes of the memory-bound kernels of one transformer layer (Megatron layout, no sequence
     parallelism), as (forward, backward). `tokens` = seqs * seq; `ffn_shard` = MLP width / tp;
     `score_elems` = seqs * heads/tp * seq^2 for attention that materialises the score matrix
@@ -63,9 +65,11 @@ def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_el
     and up, writes one (backward reads three, writes two).
     Scores, fused softmax: QK^T writes, softmax reads and writes, dropout reads, writes and a mask,
     AV reads; backward: AV grads read P and write dP, dropout, softmax (read P, dP, write), QK^T
-    grads read dS twice. Unfused (fp32) softmax adds a scale and a mask-fill pass each way."""
-    fwd_h = hidden * (10.0 * bpe + 2.0)
-    bwd_h = hidden * (16.0 * bpe + 2.0)
+    grads read dS twice. Unfused (fp32) softmax adds a scale and a mask-fill pass each way.
+    `sp`: the TP degree under sequence parallelism (Korthikanti et al. 2022, section 4.2.2: layer
+    norms, dropout and residual adds run on 1/t of the tokens), 1 without it."""
+    fwd_h = hidden * (10.0 * bpe + 2.0) / sp
+    bwd_h = hidden * (16.0 * bpe + 2.0) / sp
     fwd_f = ffn_shard * (3.0 if gated else 2.0) * bpe
     bwd_f = ffn_shard * (5.0 if gated else 3.0) * bpe
     fwd_s = np.where(fused_softmax, 6.0 * bpe + 1.0, 10.0 * bpe + 2.0)
@@ -111,8 +115,15 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # per sample and one forward: a layer's matmuls (attention over half the keys with causal flash
     # attention, all of them where the kernel computes the full score matrix) and the LM head
     layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok / 2.0 if ctx.flash else tok)
+    weight_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
+    attn_f = layer_f - weight_f  # QK^T and AV: BF16 in an FP8 run (`ctx.flops_hp`)
     head_f = 2.0 * ctx.vocab * ctx.hidden * tok
-    flops_sample = passes * (ctx.layers * layer_f + head_f)
+    # selective op checkpointing (no full recompute): every second matmul and every element-wise
+    # kernel of the forward run again in the backward, attention is kept
+    sel = float(ctx.selective_op) * (1.0 - f["recompute"].astype(float))  # (N,)
+    sel_w, _, _ = selective_op_split(ctx.hidden, ctx.q_dim, ctx.kv_dim, ctx.ffn, ctx.gated)
+    sel_f = sel * 2.0 * sel_w * tok  # (N,) recomputed matmul FLOPs per sample and layer
+    flops_sample = passes * (ctx.layers * layer_f + head_f) + ctx.layers * sel_f
     if staged:  # an explicit layout: dp replicas, each a pipeline over the pools in stage_pool
         dp = f["dp"].astype(float)
         reps = gpus // np.maximum(tp * f["stages_on_pool"], 1)
@@ -127,16 +138,19 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # one layer, one micro-batch on a pool's GPU: matmuls over tp GPUs, element-wise kernels through
     # HBM (score-matrix passes when attention is unfused), TP all-reduces and a per-layer floor
     rate = tp[:, None] * ctx.flops * e["mfu"]
+    rate_hp = rate if ctx.flops_hp is None else tp[:, None] * ctx.flops_hp * e["mfu"]
     score = 0.0 if ctx.flash else ctx.heads / tp * tok ** 2
-    ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2)
-    ew_sample = n_fwd * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
+    sp = np.where(ctx.sequence_parallel, tp, 1).astype(float)
+    ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2, sp)
+    ew_sample = (n_fwd + sel) * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
     n_ar = 2.0 * (n_fwd + n_bwd)  # activation all-reduces per layer and micro-batch
     act_bytes = mb_eff * tok * ctx.hidden * ctx.bpe
     tp_comm = np.where(tp[:, None] > 1, n_ar[:, None] * ring_allreduce_s(act_bytes, tp[:, None], ctx.intra,
                                                                          e["collective_latency_s"]), 0.0)
-    layer = (mb_eff * (passes * layer_f)[:, None] / rate + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
+    matmul = (passes * weight_f + sel_f)[:, None] / rate + (passes * attn_f)[:, None] / rate_hp
+    layer = (mb_eff * matmul + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
              + tp_comm + e["layer_s"])
-    head = mb_eff * (passes * head_f)[:, None] / rate
+    head = mb_eff * (passes * head_f)[:, None] / rate_hp
     # pipeline p2p: activations forward and gradients back at each stage boundary
     spans = g[:, None] > ctx.gpn
     p2p_bw = np.where(spans, ctx.inter / ctx.gpn, ctx.intra)
@@ -206,6 +220,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         "dp": dp,
         "micro_batches": m,
         "train_flops": flops_sample * ctx.samples,
+        "selective_recompute_flops": ctx.layers * sel_f * ctx.samples,
         "micro_batch_eff": pmax(np.where(reps > 0, mb_eff, 0.0)),
         "dp_cross_region_bytes": np.where((regions > 1) & (dp > 1), 2.0 * (regions - 1) * grad_bytes, 0.0),
         "train_regions": regions,
