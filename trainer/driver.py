@@ -178,38 +178,6 @@ class Lost(Exception):
         self.role, self.index = role, index
 
 
-def workload_defaults(plan: Plan, plan_file: str) -> dict:
-    """RunConfig fields the plan's workload file gives (model, algorithm, batch shape), read as plain YAML.
-
-    The trainer may import only the plan schema, so the workload is read leniently: a missing file
-    or key just leaves the command-line default.
-    """
-    import yaml
-
-    for base in (Path.cwd(), Path(plan_file).resolve().parent):
-        path = base / plan.workload.path
-        if path.is_file():
-            break
-    else:
-        return {}
-    try:
-        w = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        return {}
-    out = {}
-    if isinstance(w.get("model"), str) and (w["model"] == "tiny" or Path(w["model"]).is_dir()):
-        out["model"] = w["model"]
-    if w.get("algorithm") in ("grpo", "ppo"):
-        out["algo"] = w["algorithm"]
-    for src, dst in (("prompts_per_step", "prompts_per_step"), ("samples_per_prompt", "group_size")):
-        if isinstance(w.get(src), int) and w[src] > 0:
-            out[dst] = w[src]
-    resp = w.get("response_len")
-    if isinstance(resp, dict) and isinstance(resp.get("max"), int):
-        out["max_new_tokens"] = resp["max"]
-    return out
-
-
 def versions(backend: str) -> dict:
     """The rollout engine this run uses and the versions of vLLM, PyTorch and Ray installed."""
     from importlib import metadata
