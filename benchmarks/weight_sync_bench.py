@@ -6,7 +6,7 @@ For the tiny model and a ~50M-parameter Qwen2-style model built locally (random 
 tokenizer's vocabulary), one training rank and two vLLM engines on Ray (one region, as on the
 `local` cluster), each path syncs the same weights `--syncs` times; the time of a sync is the
 driver's wall time from starting the calls to every engine having loaded the version (as
-`trainer/driver.py::_sync_weights` measures it). Beside it: the performance model's `sync_s`
+`trainer/groups.py::RolloutGroup.receive_weights` does, timed by the driver as `weight_sync`). Beside it: the performance model's `sync_s`
 (problems/placement/model/comm.py::weight_sync_s) for this layout on the `local` cluster's links.
 Writes results/bench/weight_sync.md. The machine may be shared: the load average is printed.
 """

@@ -68,7 +68,7 @@ def _check_against_workload(plan, plan_path: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from problems.placement.plan import load_plan
-    from trainer.driver import RunConfig, workload_defaults
+    from trainer.driver import RunConfig
     from trainer.driver import run as train
 
     plan = load_plan(args.plan)
@@ -107,6 +107,38 @@ def run(args: argparse.Namespace) -> int:
               f"  (model for the {len(summary['layout']['weight_sync']['engine_regions'])} engine(s) and "
               f"{summary['layout']['weight_sync']['copy_bytes'] / 1e6:.3g} MB that ran)")
     return 130 if summary["status"] == "interrupted" else 0
+
+
+def workload_defaults(plan, plan_file: str) -> dict:
+    """RunConfig fields the plan's workload file gives (model, algorithm, batch shape), read as plain YAML.
+
+    Read leniently: a missing file or key just leaves the command-line default (the workload's
+    own checks are the planner's; here it only fills in defaults).
+    """
+    import yaml
+
+    for base in (Path.cwd(), Path(plan_file).resolve().parent):
+        path = base / plan.workload.path
+        if path.is_file():
+            break
+    else:
+        return {}
+    try:
+        w = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        return {}
+    out = {}
+    if isinstance(w.get("model"), str) and (w["model"] == "tiny" or Path(w["model"]).is_dir()):
+        out["model"] = w["model"]
+    if w.get("algorithm") in ("grpo", "ppo"):
+        out["algo"] = w["algorithm"]
+    for src, dst in (("prompts_per_step", "prompts_per_step"), ("samples_per_prompt", "group_size")):
+        if isinstance(w.get(src), int) and w[src] > 0:
+            out[dst] = w[src]
+    resp = w.get("response_len")
+    if isinstance(resp, dict) and isinstance(resp.get("max"), int):
+        out["max_new_tokens"] = resp["max"]
+    return out
 
 
 def emulation_line(plan, plan_file: str) -> str:

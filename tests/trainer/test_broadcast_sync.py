@@ -334,7 +334,7 @@ def test_staged_route_on_two_emulated_regions_through_the_driver(ray_local, plan
     driver = Driver(cfg)
     try:
         driver.setup()
-        assert [(g.name, g.members, g.cross_region) for g in driver._sync_groups] == [
+        assert [(g.name, g.members, g.cross_region) for g in driver.rollout.sync_groups] == [
             ("staged:cross", [("worker", 0), ("engine", 0)], True),
             ("staged:fan:east", [("engine", 0), ("engine", 1)], False)]
         summary = driver.fit()
