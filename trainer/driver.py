@@ -590,6 +590,7 @@ class Driver:
         layout["weight_sync"] = {"path": r.sync_path if r else None, "route": r.sync_route if r else None,
                                  "bucket_bytes": int(self.cfg.sync_bucket_mb * 2**20), "fallbacks": fallbacks,
                                  "copy_bytes": r.last_sync.get("copy_bytes") if r else None,
+                                 "transport": r.last_sync.get("transport") if r else None,
                                  **(r.sync_regions if r else {})}
         held = [r["reward_heldout"] for r in rows if "reward_heldout" in r]
         out = {

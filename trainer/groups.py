@@ -378,12 +378,6 @@ class RolloutGroup:
             self.sync_path = OBJECT_STORE
             lay.notes.append("weight sync: object store, not the planned broadcast (asked for: "
                              "weight_sync=object_store)")
-        elif self.found.cuda and lay.colocated:
-            # an engine and a rank share each GPU: NCCL cannot put two ranks of a group on one device,
-            # and the CUDA IPC hand-over (verl, slime) is not implemented
-            self.sync_path = OBJECT_STORE
-            lay.notes.append("weight sync: object store, not the planned broadcast (colocated on CUDA: "
-                             "CUDA IPC hand-over not implemented)")
         elif not all(ray.get(self.call("sync_capable"))):
             self.sync_path = OBJECT_STORE
             lay.notes.append("weight sync: object store, not the planned broadcast (rollout TP > 1 "
@@ -425,11 +419,21 @@ class RolloutGroup:
         if key != self._sync_key:
             import ray
 
+            colocated = self.layout.colocated
             try:
-                self.roster.gather(WS.connect(self.sync_groups, train.actors, self.actors))
+                joined = self.roster.gather(WS.connect(self.sync_groups, train.actors, self.actors, share=colocated))
             except ray.exceptions.RayActorError as err:  # from a source's address call
                 raise self.roster.lost(err) or Lost(ENGINE, 0, str(err)) from err
             self._sync_key = key
+            if colocated and self.found.cuda and not all(v for j in joined for v in j.values()):
+                # an engine and a rank share each GPU: NCCL cannot put two ranks of a group on one
+                # device, and an engine on another GPU than the sender cannot map its CUDA IPC handle
+                for a in train.actors + self.actors:
+                    a.sync_close.remote()
+                self.sync_path, self._sync_key = OBJECT_STORE, ()
+                self.layout.notes.append("weight sync: object store, not the planned broadcast (colocated on "
+                                         "CUDA with an engine on another GPU than training rank 0)")
+                return self._start_sync(version, die, OBJECT_STORE)
         return {"path": BROADCAST, "version": version, "t0": time.perf_counter(),
                 "w": train.call("broadcast_weights", version, self.bucket_bytes),
                 "e": [e.receive_weights.remote(version, 1 if i in die else None) for i, e in enumerate(self.actors)]}
@@ -472,7 +476,8 @@ class RolloutGroup:
                           "gather_s": max(x["gather_s"] for x in sent), "transfer_s": src["transfer_s"],
                           "load_s": max(x["load_s"] for x in got), "recv_s": max(x["transfer_s"] for x in got),
                           "bytes_sent": src["bytes"], "copy_bytes": got[0]["bytes"], "buckets": src["buckets"],
-                          "bucket_bytes": self.bucket_bytes}
+                          "bucket_bytes": self.bucket_bytes, "transport": src.get("transport", "bytes"),
+                          "shared_bytes": src.get("shared_bytes", 0)}
 
     def shutdown(self) -> None:
         import ray

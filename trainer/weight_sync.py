@@ -431,10 +431,11 @@ class SyncEndpoint:
     def sync_address(self) -> tuple[str, int]:
         return free_address()
 
-    def sync_join(self, specs: list[dict]) -> list[str]:
+    def sync_join(self, specs: list[dict]) -> dict[str, bool]:
+        """Join; returns each of this member's groups and whether it carries hand-overs."""
         self.sync_close()
         self._sync = join(specs)
-        return self._sync.names
+        return {n: n in self._sync.shared for n in self._sync.names}
 
     def sync_close(self) -> None:
         if self._sync is not None:

@@ -48,4 +48,8 @@ def test_train_runs_the_plans_layout(ray_local, plan_file, tmp_path, monkeypatch
     # the engines got the gathered weights every step by broadcast: vLLM's log-probs equal the trainer's (fp32)
     assert lay["weight_sync"]["path"] == "broadcast" and summary["layout"]["weight_sync"]["fallbacks"] == 0
     assert all(r["sync"]["path"] == "broadcast" for r in rows)
+    # colocated engines map the trainer's buckets (one host): no weight byte on the wire
+    handover = execution["mode"] == "colocated"
+    assert lay["weight_sync"]["transport"] == ("shared_memory" if handover else "bytes")
+    assert all((r["sync"]["bytes_sent"] == 0) == handover and (r["sync"]["shared_bytes"] > 0) == handover for r in rows)
     assert all(r["behav_abs_diff_mean"] < 1e-5 for r in rows), [r["behav_abs_diff_mean"] for r in rows]
