@@ -344,6 +344,8 @@ class Driver:
         checkpoint (or the initial model when there is none yet)."""
         failed_step = self.step + 1
         self.train.respawn()
+        if self.rollout.asleep:  # colocated, lost in the training phase: the redone step starts by generating
+            self.rollout.wake()
         self._restore(max_step=self.step, at_start=False)
         self.log(f"training rank {lost.index} lost in step {failed_step}: every rank restored to step {self.step}")
         self._recovered.append({"lost": WORKER, "index": lost.index, "failed_step": failed_step,

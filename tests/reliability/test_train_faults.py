@@ -45,15 +45,16 @@ def ray_cluster(tmp_path_factory):
         os.environ.pop("MOSEARCH_CACHE", None)
 
 
-def _plan(tmp_path, name="plan.yaml", rollout=1, train=1, gpu="cpu-local", mode="disaggregated", k=0, chunks=2):
+def _plan(tmp_path, name="plan.yaml", rollout=1, train=1, gpu="cpu-local", mode="disaggregated", k=0, chunks=2,
+          shared=0, dp=None):
     plan = {
         "schema_version": 1, "plan_id": name.split(".")[0],
         "cluster": {"name": "local", "path": "problems/clusters/local.yaml", "sha256": "0"},
         "workload": {"name": "tiny-arithmetic", "path": "problems/workloads/tiny.yaml", "sha256": "0"},
         "pools": [{"pool": f"{gpu}@local", "gpu": gpu, "region": "local", "rollout_gpus": rollout,
-                   "train_gpus": train, "shared_gpus": 0, "rollout_tp": 1}],
+                   "train_gpus": train, "shared_gpus": shared, "rollout_tp": 1}],
         "rollout": {"kv_mem_frac": 0.5, "max_num_seqs": 64},
-        "train": {"dp": train, "tp": 1, "pp": 1, "sharding": "none", "micro_batch": 16},
+        "train": {"dp": dp or train, "tp": 1, "pp": 1, "sharding": "none", "micro_batch": 16},
         "execution": {"mode": mode, "staleness_bound": k, "pipeline_chunks": chunks},
         "weight_sync": {"route": "direct"},
         "predicted": {"throughput_samples_s": 1.0, "staleness": 0.0, "step_s": 1.0},
@@ -104,15 +105,18 @@ def test_lost_vllm_engine_is_restarted_with_current_weights_and_only_its_chunk_r
 
 
 @pytest.mark.slow
-def test_lost_training_rank_restores_every_rank_from_the_checkpoint(ray_cluster, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
+def test_lost_training_rank_restores_every_rank_from_the_checkpoint(ray_cluster, tmp_path, monkeypatch, mode):
     from trainer.driver import RunConfig, run
 
     # Checkpoints at steps 2 and 4; rank 1 of 2 dies in step 4, after step 3's row was written.
+    # Colocated: it dies while the engines sleep, and the redone step must wake them to generate.
     monkeypatch.setenv("MOSEARCH_INJECT_FAULTS", "worker@4:1")
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster["address"])  # the cluster's 4 devices, not this machine's 2
     out = tmp_path / "worker"
-    cfg = RunConfig(plan=str(_plan(tmp_path, train=2)), out=str(out), steps=5, eval_every=0, checkpoint_every=2,
-                    backend="hf", **SHAPE)
+    plan = (_plan(tmp_path, train=2) if mode == "disaggregated" else
+            _plan(tmp_path, rollout=0, train=0, shared=2, dp=2, mode="colocated", chunks=1))
+    cfg = RunConfig(plan=str(plan), out=str(out), steps=5, eval_every=0, checkpoint_every=2, backend="hf", **SHAPE)
     logs = []
     summary = run(cfg, log=logs.append)
     rows = _steps(out)

@@ -19,10 +19,13 @@ class HFEngine(WS.SyncEndpoint):
         self.eos_id, self.pad_id = eos_id, pad_id
         self.version = 0
         self.tp = 1
+        self.asleep = False
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  seed: int | None = None) -> dict:
+        if self.asleep:  # as on GPU, where a sleeping engine has released its weights
+            raise RuntimeError("generate called on a sleeping engine (wake_up first)")
         t0, version = time.perf_counter(), self.version
         if seed is not None:
             torch.manual_seed(seed)
@@ -69,9 +72,11 @@ class HFEngine(WS.SyncEndpoint):
         return st
 
     def sleep(self) -> float:
+        self.asleep = True  # nothing to release on CPU; the flag keeps the driver's phases honest
         return 0.0
 
     def wake_up(self) -> float:
+        self.asleep = False
         return 0.0
 
     def get_version(self) -> int:

@@ -51,6 +51,8 @@ class VLLMEngine(WS.SyncEndpoint):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        if self.asleep:  # on GPU its weights and KV cache are released; on CPU the same rule holds
+            raise RuntimeError("generate called on a sleeping engine (wake_up first)")
         sp = SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=seed,
                             stop_token_ids=[self.eos_id] if self.eos_id is not None else None, detokenize=False)
         version, t0 = self.version, time.perf_counter()
