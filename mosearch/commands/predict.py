@@ -42,7 +42,10 @@ def add_parser(subparsers) -> None:
     g.add_argument("--gpus-per-node", type=int)
     g.add_argument("--inter-node-gbs", type=float, help="per-node network bandwidth, GB/s")
     g.add_argument("--sharding", choices=["none", "zero1", "zero2", "zero3", "fsdp"])
-    g.add_argument("--recompute", action="store_true", help="full activation recomputation")
+    g.add_argument("--recompute", nargs="?", const="full", choices=["full", "selective-op"],
+                   help="activation recomputation: full (the default when given alone) or selective-op "
+                        "(torchtitan's selective op checkpointing)")
+    g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tp > 1)")
     g.add_argument("--interleave", type=int, help="virtual pipeline stages per rank (interleaved 1F1B)")
     r = p.add_argument_group("RL step of a plan (with --plan): the settings a run uses")
     r.add_argument("--prompts-per-step", type=int)
@@ -62,7 +65,9 @@ def _job_from_flags(args):
 
     given = {k: getattr(args, k) for k in JOB_FLAGS if getattr(args, k) is not None}
     if args.recompute:
-        given["recompute"] = True
+        given["recompute"] = True if args.recompute == "full" else "selective_op"
+    if args.sequence_parallel:
+        given["sequence_parallel"] = True
     for key in ("stage_layers", "stage_gpus", "replica_gpus"):
         text = getattr(args, key)
         if text:

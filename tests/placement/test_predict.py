@@ -8,6 +8,7 @@ time is FLOPs / peak + bytes / bandwidth with the numbers written out below.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -186,6 +187,21 @@ def test_cli_predict_prints_the_breakdown_and_rejects_bad_layouts():
                "--global-batch", "64")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "stage_layers" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_cli_recompute_kinds_and_sequence_parallel_change_the_memory_prediction():
+    base = ("--model", "llama3.1-8b", "--gpu", "H100", "--dp", "1", "--tp", "4", "--seq-len", "4096",
+            "--global-batch", "8", "--micro-batch", "2", "--json")
+    mem = {}
+    for name, extra in (("none", ()), ("full", ("--recompute",)), ("op", ("--recompute", "selective-op")),
+                        ("sp", ("--sequence-parallel",))):
+        out = _cli(*base, *extra)
+        assert out.returncode == 0, out.stderr
+        mem[name] = json.loads(out.stdout)["memory_gb"]["activations"]
+    # full recomputation keeps only layer inputs; selective op keeps some matmul outputs; SP shards the rest
+    assert mem["full"] < mem["op"] < mem["none"] and mem["sp"] < mem["none"]
+    bad = _cli(*base, "--recompute", "some")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
 def test_job_file_and_its_errors(tmp_path):
