@@ -20,19 +20,23 @@ def ring_allreduce_s(nbytes, n, bw, latency=0.0):
 
 
 def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_node, cross_bw, n_regions,
-                       zero3, latency):
+                       zero3, latency, gpus_per_node=None):
     """Data-parallel gradient synchronisation of one step.
 
     grad_bytes: gradient bytes of one whole replica; dp: replicas; nodes: nodes the replicas span;
     intra: slowest intra-node link (bytes/s per GPU); inter_node: slowest node NIC (bytes/s);
-    cross_bw: slowest inter-region link among the training regions; n_regions: regions spanned.
+    cross_bw: slowest inter-region link among the training regions; n_regions: regions spanned;
+    gpus_per_node: the smallest node of the training pools (None: a node holds a whole replica).
     """
     volume = np.where(zero3, 1.5, 1.0)  # relative to an all-reduce
     one_node = nodes <= 1
     # inside one node: a ring over dp ranks, each holding a 1/(tp*pp) shard
     within = ring_allreduce_s(grad_bytes / gpus_per_replica, dp, intra, latency)
-    # across nodes: intra-node reduce, then nodes all-reduce the full gradient over their NIC
-    across = ring_allreduce_s(grad_bytes, nodes, inter_node, latency) + ring_allreduce_s(
+    # across nodes: intra-node reduce, then nodes all-reduce what they hold over their NIC: a whole
+    # replica's gradient, or, when a replica spans several nodes (tp*pp > GPUs per node), only the
+    # shards of its GPUs on that node (each rank all-reduces its own 1/(tp*pp) with its peers)
+    held = 1.0 if gpus_per_node is None else np.minimum(1.0, gpus_per_node / np.maximum(gpus_per_replica, 1))
+    across = ring_allreduce_s(grad_bytes * held, nodes, inter_node, latency) + ring_allreduce_s(
         grad_bytes / gpus_per_replica, np.minimum(dp, 2), intra, latency)
     t = np.where(one_node, within, across)
     # regions: every extra region exchanges the full gradient once each way over its link

@@ -195,7 +195,9 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     cross_bw = _slowest_cross(ctx, used)
     zero3 = (f["sharding"] == SHARD_Z3) | (f["sharding"] == SHARD_FSDP)
     lat = e["collective_latency_s"].max()
-    dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat)
+    gpn_min = pmin(np.where(used, ctx.gpn, np.inf))
+    dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat,
+                                 gpn_min)
     # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
     # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
     psh = stage_params(ctx, pp) / tp
