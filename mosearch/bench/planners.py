@@ -124,7 +124,8 @@ def measure(scenarios, methods, seeds: int, evals: int, exact: bool, cache: Path
         fp = ref.fingerprint
         if _current(runs, ("reference", sid, None, None, None), fp) is None:
             if ("reference", sid, None, None, None) in runs:
-                log(f"{sid}: the model's predictions changed since the cached runs; measuring again")
+                log(f"{sid}: the model's predictions on the corner grid (the model or the grid) changed "
+                    "since the cached runs; measuring again")
             _append(cache, runs, {"kind": "reference", "scenario": sid, "feasible": ref.feasible,
                                   "scale": ref.scale.as_dict(), "fingerprint": fp})
         if not ref.feasible:
