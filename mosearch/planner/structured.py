@@ -22,7 +22,9 @@ plans directly, stage by stage, each stage one vectorised call to the model:
    (async with the largest k and the footprint's best engine settings of KV share x sequences
    per engine, disaggregated with 4 chunks, async with k = 1 and the largest k at vLLM's
    defaults and half the sequences), and every training footprint colocated (both sequence counts);
-5. refinement: the best plans (fastest within each cost level) get every single-knob change of
+5. refinement: the best plans (fastest within each cost level, the fastest plan of the fastest
+   footprints, and of each footprint within `PAIR_SLACK` of the fastest at its cost; at most
+   `REFINE_BASES`, sampled beyond the fastest third) get every single-knob change of
    the global variables and of each pool's engine TP (also together with max_num_seqs), and
    moves of a few GPUs, engines or replicas per pool, a generating move also with the pool's
    best and runner-up engine TP for its new count at each engine setting of stage 4
@@ -386,8 +388,16 @@ class StructuredSeeds:
         # first: refining one plan per footprint reaches more structures than many of one
         order = np.argsort(F[:, 0], kind="stable")
         _, first = np.unique(self.X[ok[order], :2 * self.L.n_pools], axis=0, return_index=True)
-        fast = ok[order[np.sort(first)[:self.n_bases // 3]]]
-        bases = np.unique(np.concatenate([front, fast]))
+        per_foot = ok[order[np.sort(first)]]
+        fast = per_foot[:self.n_bases // 3]
+        # and the fastest plan of each footprint within PAIR_SLACK of the fastest plan at its cost or
+        # below: a footprint one move reached is often first slower than the front, until its own
+        # knobs are refined (e.g. a pool just added to generation, whose micro-batch comes next)
+        by_cost = np.argsort(F[:, 1], kind="stable")
+        best = np.maximum.accumulate(-F[by_cost, 0])
+        at = np.searchsorted(F[by_cost, 1], self.F[per_foot, 1], side="right") - 1
+        near = per_foot[-self.F[per_foot, 0] >= (1 - PAIR_SLACK) * best[at]]
+        bases = np.unique(np.concatenate([front, fast, near]))
         if len(bases) > self.n_bases:
             order = np.argsort(self.F[bases, 0], kind="stable")
             bases = bases[np.sort(order[_sample_rows(len(order), self.n_bases, self.rng, keep_first=self.n_bases // 3)])]

@@ -166,8 +166,9 @@ def test_refinement_moves_a_pool_into_generation_with_its_own_engine_tp_and_sett
     # four-types x Qwen2.5-3B, 8k responses, at half the cluster's $/h: the structured reference's
     # fastest plan trains on 7 A100-40G and generates on 2 H100 and 2 RTX-4090 (TP 2, KV share 0.5):
     # 13.58 samples/s at 15.6 $/h. Adding the 4090s one knob at a time (count, then TP, then KV
-    # share) passes through slower plans; without the joint move the stage's best was 12.53.
+    # share) passes through slower plans, and the micro-batch comes after that: without the joint
+    # move the stage's best was 12.53, without refining near-front footprints 13.20.
     p = PlacementProblem.from_files(BENCH / "clusters" / "four-types.yaml",
                                     BENCH / "workloads" / "qwen2.5-3b-grpo-8k.yaml")
     s = StructuredSeeds(p, seed=1)
-    assert s.best_within(16.02) >= 13.2
+    assert s.best_within(16.02) >= 0.995 * 13.58
