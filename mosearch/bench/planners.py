@@ -124,7 +124,8 @@ def measure(scenarios, methods, seeds: int, evals: int, exact: bool, cache: Path
         fp = ref.fingerprint
         if _current(runs, ("reference", sid, None, None, None), fp) is None:
             if ("reference", sid, None, None, None) in runs:
-                log(f"{sid}: the model's predictions changed since the cached runs; measuring again")
+                log(f"{sid}: the model's predictions on the corner grid (the model or the grid) changed "
+                    "since the cached runs; measuring again")
             _append(cache, runs, {"kind": "reference", "scenario": sid, "feasible": ref.feasible,
                                   "scale": ref.scale.as_dict(), "fingerprint": fp})
         if not ref.feasible:
@@ -246,7 +247,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
         "",
         f"- Budget: **{evals:,} evaluations per run for every search method**. The planner's every evaluation "
         "counts inside it: its corner grid (`mosearch plan`'s 3,000 plans, cut to a fifth of the budget when "
-        f"smaller), seeded MaOEA-CS on {1 - polish:.0%} of the rest (phase 2 from {switch:.0%} of that part at the "
+        f"smaller; the distinct plans after the repair are scored), seeded MaOEA-CS on {1 - polish:.0%} of the rest (phase 2 from {switch:.0%} of that part at the "
         f"latest), Pareto local search on the last {polish:.0%} (it may stop early "
         "when no neighbour is fresh, never late); the MaOEA-CS ablations count their grid the same way and keep "
         "the entry's phase switch rule; runs cached by the model or search settings of another version "

@@ -195,7 +195,8 @@ def run_method(problem: PlacementProblem, method: str, budget: int, seed: int, s
 
 def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
     """The corner grid, recorded as the budget's first evaluations: the planner's grid
-    (`seeding.GRID_MAX` plans), cut to a fifth of the budget when that is smaller."""
+    (`seeding.GRID_MAX` plans), cut to a fifth of the budget when that is smaller; its distinct
+    plans after the repair are scored (`seeding.candidates`)."""
     grid = min(seeding.GRID_MAX, budget // 5)
     corners = seeding.Corners(bp.inner, seed=seed, max_n=grid)
     r = bp.inner.evaluate_matrix(corners.X)

@@ -3,7 +3,15 @@
 A small structured grid of plans is built and scored by the model in one vectorised call:
 footprints (every GPU; each GPU type alone; each pool at power-of-two sizes; role splits
 such as the fastest pools training while the others generate) crossed with execution
-modes and common layouts (TP, PP, sharding, micro-batch, recomputation, engine TP). From
+modes and common layouts (TP, PP, sharding, micro-batch, recomputation, engine TP).
+Every footprint x mode is also tried with a memory-lean layout (ZeRO-3 with optimizer
+offload and recomputation, micro-batch 1, the smallest TP / PP / engine TP; the KV cache at
+vLLM's default share and at half of the memory): the common layouts never offload, so for a
+model that needs offload to train on a few GPUs the grid would otherwise hold no feasible
+small-footprint plan, and the cheapest and least-memory corners would be far from the front's
+ends (the search then has to find them alone). These rows take a tenth of the grid at most
+(sampled when there are more); the common layouts are sampled into the rest. The grid is
+deduplicated after the repair (layouts that repair to the same plan are scored once). From
 the feasible ones the corners are picked:
 
 - fastest: highest throughput, cost ignored;
@@ -24,12 +32,15 @@ import itertools
 import numpy as np
 
 from problems.pareto import non_dominated as non_dominated_mask
+from problems.placement.encoding import SHARDINGS
 from problems.placement.plan import Plan
 
 GRID_MAX = 3000  # candidates scored (sampled from the grid when it is larger)
 KV_FRAC = 0.9  # vLLM's default gpu_memory_utilization
 LOG2_SEQS = 8  # 256 concurrent sequences per engine, vLLM's default max_num_seqs
 LOG2_CHUNKS = 2
+LEAN_KV_FRACS = (KV_FRAC, 0.5)  # the memory-lean rows' KV cache shares
+LEAN_SHARE = 10  # the memory-lean rows take at most 1/LEAN_SHARE of the grid
 
 
 def _pow2_sizes(n: int) -> list[int]:
@@ -83,26 +94,41 @@ def candidates(problem, rng: np.random.Generator, max_n: int = GRID_MAX) -> tupl
     combos = list(itertools.product(
         range(len(L.tp_options)), range(min(3, len(L.pp_options))), (1, 3), (0, 2), (0, 1), range(int(L.rtp_n.max())),
     ))
-    rows = [(f, m, c) for f in range(len(feet)) for m in modes[feet[f][2]] for c in range(len(combos))]
-    if len(rows) > max_n:
-        keep = rng.choice(len(rows), size=max_n, replace=False)
-        rows = [rows[i] for i in np.sort(keep)]
+    # a layout: (train TP index, PP index, sharding, log2 micro-batch, recompute, engine TP index,
+    # optimizer offload, KV share)
+    layouts = [(*c, 0, KV_FRAC) for c in combos]
+    lean = [(0, 0, SHARDINGS.index("zero3"), 0, 1, 0, 1, kv) for kv in LEAN_KV_FRACS]
+    common = [(f, m, layouts[c]) for f in range(len(feet)) for m in modes[feet[f][2]] for c in range(len(layouts))]
+    lean_rows = [(f, m, lay) for f in range(len(feet)) for m in modes[feet[f][2]] for lay in lean]
+    lean_rows = _sample(lean_rows, max_n // LEAN_SHARE, rng)
+    rows = _sample(common, max_n - len(lean_rows), rng) + lean_rows
     X = np.zeros((len(rows), L.n_var))
     tags = []
     route = 1 if len(problem.cluster.regions) > 1 else 0
-    for j, (f, (mode, k), c) in enumerate(rows):
+    for j, (f, (mode, k), lay) in enumerate(rows):
         roll, train, _, tag = feet[f]
-        tp_i, pp_i, shard, mb, rec, rtp_k = combos[c]
+        tp_i, pp_i, shard, mb, rec, rtp_k, offload, kv = lay
         X[j, :P] = roll
         X[j, P:2 * P] = train
         X[j, 2 * P:3 * P] = np.minimum(rtp_k, L.rtp_n - 1)
-        for name, v in (("kv_mem_frac", KV_FRAC), ("log2_max_num_seqs", LOG2_SEQS), ("train_tp_idx", tp_i),
+        for name, v in (("kv_mem_frac", kv), ("log2_max_num_seqs", LOG2_SEQS), ("train_tp_idx", tp_i),
                         ("train_pp_idx", pp_i), ("sharding", shard), ("log2_micro_batch", mb), ("recompute", rec),
-                        ("optimizer_offload", 0), ("mode", mode), ("staleness_bound", k),
+                        ("optimizer_offload", offload), ("mode", mode), ("staleness_bound", k),
                         ("log2_pipeline_chunks", LOG2_CHUNKS), ("sync_route", route)):
             X[j, L.g(name)] = v
         tags.append(tag)
-    return L.repair(X), tags
+    X = L.repair(X)
+    # layouts that repair to the same plan are scored once (the first row's tag is kept)
+    _, first = np.unique(np.round(X, 9), axis=0, return_index=True)
+    first = np.sort(first)
+    return X[first], [tags[i] for i in first]
+
+
+def _sample(rows: list, n: int, rng: np.random.Generator) -> list:
+    if len(rows) <= n:
+        return rows
+    keep = rng.choice(len(rows), size=max(n, 0), replace=False)
+    return [rows[i] for i in np.sort(keep)]
 
 
 class Corners:

@@ -22,9 +22,13 @@ plans directly, stage by stage, each stage one vectorised call to the model:
    (async with the largest k and the footprint's best engine settings of KV share x sequences
    per engine, disaggregated with 4 chunks, async with k = 1 and the largest k at vLLM's
    defaults and half the sequences), and every training footprint colocated (both sequence counts);
-5. refinement: the best plans (fastest within each cost level) get every single-knob change of
+5. refinement: the best plans (fastest within each cost level, the fastest plan of the fastest
+   footprints, and of each footprint within `PAIR_SLACK` of the fastest at its cost; at most
+   `REFINE_BASES`, sampled beyond the fastest third) get every single-knob change of
    the global variables and of each pool's engine TP (also together with max_num_seqs), and
-   moves of a few GPUs, engines or replicas per pool (`REFINE_ROUNDS` rounds).
+   moves of a few GPUs, engines or replicas per pool, a generating move also with the pool's
+   best and runner-up engine TP for its new count at each engine setting of stage 4
+   (`REFINE_ROUNDS` rounds).
 
 Everything is scored by the placement problem itself, so the seeds are real plans with the
 model's objectives; MaOEA-CS starts from them (with the corner seeds) and its archive keeps
@@ -297,7 +301,7 @@ class StructuredSeeds:
         K = max(1, L.max_staleness)
         # engine settings: KV share and sequences per engine trade the bulk against the tail of
         # the longest sample
-        settings = [(kv, seqs) for kv in sorted({0.5, self.kv}) for seqs in (LOG2_SEQS, LOG2_SEQS - 1)]
+        settings = self._engine_settings()
         times = []
         for kv, seqs in settings:
             R[:, L.g("kv_mem_frac")] = kv
@@ -314,6 +318,10 @@ class StructuredSeeds:
         self.r_time = t[ok]
         self.r_setting = np.array(settings)[s_i[ok]]
         self.r_tp = np.array(tps)[v_i[ok], np.flatnonzero(ok)]
+
+    def _engine_settings(self) -> list[tuple[float, int]]:
+        """(KV share, log2 sequences per engine) pairs tried for generating footprints."""
+        return [(kv, seqs) for kv in sorted({0.5, self.kv}) for seqs in (LOG2_SEQS, LOG2_SEQS - 1)]
 
     def _combine_stage(self) -> np.ndarray:
         """Footprint pairs (training, generating) that fit the cluster, kept where their estimated
@@ -380,8 +388,16 @@ class StructuredSeeds:
         # first: refining one plan per footprint reaches more structures than many of one
         order = np.argsort(F[:, 0], kind="stable")
         _, first = np.unique(self.X[ok[order], :2 * self.L.n_pools], axis=0, return_index=True)
-        fast = ok[order[np.sort(first)[:self.n_bases // 3]]]
-        bases = np.unique(np.concatenate([front, fast]))
+        per_foot = ok[order[np.sort(first)]]
+        fast = per_foot[:self.n_bases // 3]
+        # and the fastest plan of each footprint within PAIR_SLACK of the fastest plan at its cost or
+        # below: a footprint one move reached is often first slower than the front, until its own
+        # knobs are refined (e.g. a pool just added to generation, whose micro-batch comes next)
+        by_cost = np.argsort(F[:, 1], kind="stable")
+        best = np.maximum.accumulate(-F[by_cost, 0])
+        at = np.searchsorted(F[by_cost, 1], self.F[per_foot, 1], side="right") - 1
+        near = per_foot[-self.F[per_foot, 0] >= (1 - PAIR_SLACK) * best[at]]
+        bases = np.unique(np.concatenate([front, fast, near]))
         if len(bases) > self.n_bases:
             order = np.argsort(self.F[bases, 0], kind="stable")
             bases = bases[np.sort(order[_sample_rows(len(order), self.n_bases, self.rng, keep_first=self.n_bases // 3)])]
@@ -429,6 +445,22 @@ class StructuredSeeds:
                         c = B[:, L.g("mode")] == 0
                         V[c, P + i] = V[c, i]
                     variants.append(V)
+                    if col == i:
+                        # the same move with the pool's best engine TP for its new count (stage 3)
+                        # and its runner-up, at each engine setting of stage 4: a pool that starts generating, or
+                        # changes its count, may need another TP (a small GPU whose 1-GPU engine
+                        # cannot hold a longest sample's KV cache) and other engine settings, and
+                        # one knob at a time does not get there (the first step alone is slower)
+                        n_new = np.clip(V[:, i], 0, L.counts[i]).astype(int)
+                        for choice in (0, 1):  # the best TP and the runner-up, as in stage 4
+                            W = V.copy()
+                            W[:, 2 * P + i] = [self._rtp_idx(i, n, choice) if n > 0 else 0 for n in n_new]
+                            variants.append(W)
+                            for kv, seqs in self._engine_settings():
+                                U = W.copy()
+                                U[:, L.g("kv_mem_frac")] = kv
+                                U[:, L.g("log2_max_num_seqs")] = seqs
+                                variants.append(U)
         R, F, ok = self._score(np.vstack(variants))
         self.X, self.F, self.ok = np.vstack([self.X, R]), np.vstack([self.F, F]), np.concatenate([self.ok, ok])
 

@@ -37,7 +37,7 @@ def test_every_method_stops_exactly_at_the_budget(mixed8, method):
 def test_planner_method_counts_grid_maoea_and_local_search(mixed8, monkeypatch):
     """The product's pipeline on the equal budget: the corner grid (a fifth of it here), then
     MaOEA-CS, then Pareto local search, every evaluation through the one recorder."""
-    from mosearch.planner import polish
+    from mosearch.planner import polish, seeding
 
     p, ref = mixed8
     batches, steps = [], []
@@ -56,7 +56,10 @@ def test_planner_method_counts_grid_maoea_and_local_search(mixed8, monkeypatch):
     monkeypatch.setattr(sc.BudgetProblem, "record", spy)
     monkeypatch.setattr(polish.ParetoLocalSearch, "step", spy_step)
     r = sc.run_method(p, "planner", 2000, 1, ref.scale)
-    assert batches[0] == 2000 // 5  # the grid comes first and counts
+    # the grid comes first and counts: its distinct plans of a fifth of the budget
+    grid = seeding.Corners(p, seed=1, max_n=2000 // 5)
+    assert batches[0] == len(grid.X) <= 2000 // 5
+    assert len(np.unique(grid.X, axis=0)) == len(grid.X)
     # the batch that crosses the budget is cut (its rows past it are not recorded)
     assert r["evaluations"] == min(sum(batches), 2000) and sum(batches[:-1]) < 2000
     assert steps  # the local search ran on what MaOEA-CS left
@@ -115,14 +118,16 @@ def test_smoke_run_writes_every_method(tmp_path):
     for label in sc.SEARCH_METHODS.values():
         assert label in text
     assert "verl-style colocated" in text and "best homogeneous" in text
-    assert "mixed-8 x qwen2.5-32b-grpo" in text.split("Skipped")[1]  # 32B fits no plan on 8 GPUs
+    # 32B fits 8 GPUs only with ZeRO-3 and optimizer offload: the grid's memory-lean rows find such
+    # plans, so the scenario has a reference and is measured, not skipped
+    assert "Skipped" not in text and "| mixed-8 x qwen2.5-32b-grpo |" in text
     row = next(line for line in text.splitlines() if line.startswith("| mixed-8 x qwen2.5-7b-grpo |"))
     hvs = [float(x) for x in re.findall(r"(\d\.\d{4}) \[", row)]
     assert len(hvs) == len(sc.SEARCH_METHODS)
     assert all(0 < h <= 1.1 ** 4 for h in hvs)
     assert (tmp_path / "planners" / "mixed-8__qwen2.5-7b-grpo.png").stat().st_size > 1000
     cache = [json.loads(l) for l in (tmp_path / "planners_runs.jsonl").read_text().splitlines()]
-    assert sum(r["kind"] == "run" for r in cache) == 2 * len(sc.SEARCH_METHODS)
+    assert sum(r["kind"] == "run" for r in cache) == 3 * len(sc.SEARCH_METHODS)
     # a re-run with the same options measures nothing new
     assert main(args) == 0
     assert len((tmp_path / "planners_runs.jsonl").read_text().splitlines()) == len(cache)

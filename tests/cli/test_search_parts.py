@@ -106,3 +106,32 @@ def test_pareto_local_search_grows_the_front_and_stops_at_the_budget():
         pareto_local_search(rec, problem_repair(p))
     assert len(rec.archive) > 2 * start
     assert 4000 <= rec.n_evals < 4000 + 2000  # one batch past the budget at most
+
+
+def test_corner_grid_reaches_small_footprints_that_need_offload_and_scores_each_plan_once():
+    from pathlib import Path
+
+    from mosearch.planner import seeding
+    from problems.placement.encoding import SHARDINGS
+    from problems.placement.problem import PlacementProblem
+
+    root = Path(__file__).resolve().parents[2]
+    clusters, workloads = root / "problems/clusters", root / "problems/workloads"
+    # 32B on 4 H100 + 4 L40S trains only with ZeRO-3 and optimizer offload: the common layouts
+    # (never offloaded) have no feasible plan, the memory-lean rows do
+    p = PlacementProblem.from_files(clusters / "mixed-8.yaml", workloads / "qwen2.5-32b-grpo.yaml")
+    c = seeding.Corners(p, seed=0, max_n=600)
+    assert c.ok.any()
+    X = c.X[c.ok]
+    assert (X[:, p.layout.g("optimizer_offload")] == 1).all()
+    assert (X[:, p.layout.g("sharding")] == SHARDINGS.index("zero3")).all()
+    # 7B: the cheapest feasible grid plan is a small footprint (1 or 2 GPUs), which needs offload
+    p7 = PlacementProblem.from_files(clusters / "mixed-8.yaml", workloads / "qwen2.5-7b-grpo.yaml")
+    c7 = seeding.Corners(p7, seed=1, max_n=600)
+    cheap = c7.picks["cheapest"]
+    assert c7.cost[cheap] < p7.layout.counts @ np.array([pl.gpu.price_usd_h for pl in p7.cluster.pools]) / 4
+    assert c7.X[cheap, p7.layout.g("optimizer_offload")] == 1
+    # every scored plan is distinct after the repair, and no more than max_n are scored
+    for corners in (c, c7):
+        assert len(np.unique(corners.X, axis=0)) == len(corners.X) <= 600
+        assert len(corners.tags) == len(corners.X)
