@@ -68,8 +68,13 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
                                                  ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
     copies = sync_copies(engines, ctx.region, f["route"] == 1, n_regions)
-    sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, e["sync_load_gbs"], e["sync_overhead_s"])
+    path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.host_memory,
+            ctx.hbm[src])
+    sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, *path)
     reshard = pmax(np.where(engines > 0, bytes_w / f["rollout_tp"] / ctx.intra, 0.0))
+    # colocated engines take the weights through the same broadcast and reload as remote ones (the
+    # trainer has no device-local path): the route is the device-local copy, then the sync path
+    reshard = engine_sync_s(reshard, bytes_w, engines, copies, *path)
     sync = np.where(colo, reshard, sync_t)
     sync_usd = np.where(colo, 0.0, sync_usd)
     sync_cross = np.where(colo, 0.0, sync_cross)
