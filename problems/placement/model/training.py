@@ -184,12 +184,14 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     lat = e["collective_latency_s"].max()
     dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat)
     # ZeRO-3 / FSDP gathers and reduce-scatters every micro-batch (FSDP2 without no_sync), unit by
-    # unit: the volume each micro-batch, plus per collective its ring latency and FSDP's per-op cost
+    # unit: each collective its ring latency and FSDP's per-op cost. The volume stays one step's: on
+    # GPUs prefetching overlaps the repeated gathers with compute (not measured here; the tiny model's
+    # volume is small next to the per-op cost on CPU)
     m_rank = pmax(np.where(reps > 0, m, 0.0)) * chunks
     units = (np.max(ctx.stage_layers) if staged else np.ceil(ctx.layers / pp)) + 1.0
     ag, rs = fsdp_collectives(units, n_fwd, n_bwd)
     fsdp_op = pmax(np.where(used, (dp[:, None] - 1.0) * e["collective_latency_s"] + e["fsdp_op_s"], 0.0))
-    dp_sync = np.where(zero3 & (dp > 1), m_rank * (dp_sync + models * (ag + rs) * fsdp_op), dp_sync)
+    dp_sync = np.where(zero3 & (dp > 1), dp_sync + m_rank * models * (ag + rs) * fsdp_op, dp_sync)
     # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
     # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
     psh = stage_params(ctx, pp) / tp
