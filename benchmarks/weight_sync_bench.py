@@ -155,8 +155,8 @@ def main() -> int:
               "bandwidth), broadcasts one copy per engine (gloo sends to each receiver) at the broadcast rate of "
               "the profile's collective grid plus its small-message latency per broadcast (header + body per "
               "bucket, an end marker), or the route over the `local` cluster's links if slower; then each engine "
-              "reloads at the fitted rate plus a fixed cost, in turn where the engines share one host (measured "
-              "above: the 50M model's reload split roughly doubles from one engine to two). The reload rate and "
+              "reloads at the fitted rate plus a fixed cost, in turn where the engines share one host (the load "
+              "column: the 50M model's reload grows with the engines on the host). The reload rate and "
               "fixed cost are fitted on this benchmark's first run's two-engine rows only (profiles/local.yaml), "
               "after the measured broadcast and packing are taken out: the two-engine rows of a rerun check its "
               "repeatability, the one-engine rows were not fitted on."]
