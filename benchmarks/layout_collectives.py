@@ -197,8 +197,8 @@ def main() -> int:
               "and reduce-scatters each unit every micro-batch (no gradient accumulation without sync): 5 + 3 per "
               "micro-batch; FSDP's per-unit copy-in/copy-out and hooks (`FSDP::all_gather`, "
               "`FSDP::post_backward_reduce`) cost more CPU than the collectives themselves.",
-              "- pp 2 sends one activation and one gradient per micro-batch per boundary; the two stages then run on "
-              "both cores at once, which is why its step is the shortest.",
+              "- pp 2 sends one activation and one gradient per micro-batch per boundary (plus the schedule's "
+              "shape-inference pass each step); the sends are cheap next to the stages' compute.",
               "- `mosearch profile` measures the constants on this machine: the gloo small-message time of all-reduce, "
               "all-gather and broadcast (alpha), and the per-collective cost of a DTensor column/row-parallel pair and of "
               "two FSDP2 units beyond their bare collectives (`tp_op_s`, `fsdp_op_s` in profiles/local.yaml)."]
