@@ -138,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
 
         from problems.placement.calibration import load_profile
 
+        from problems.errors import InputError
+
         if not Path(args.out).is_file():
-            console.print(f"[red]--only needs an existing profile at --out: {args.out} not found[/red]")
-            return 2
+            raise InputError(args.out, None, "not found", "an existing profile for --only to update")
         old = load_profile(args.out)
         rows = dict(old.measurements)
         wanted = {STEP_KEYS[s] for s in args.only}
