@@ -284,7 +284,15 @@ def main() -> int:
               "a training rank overlapping on two shared cores slow each other, which the model (separate devices) "
               "does not see. The profile's training grid times forward + backward of one micro-batch on its own "
               "(the model adds the optimizer update once per step); profiles from before that split are refitted "
-              "with the model's own Adam-update estimate taken out (`mosearch profile --refit`)."]
+              "with the model's own Adam-update estimate taken out (`mosearch profile --refit`).",
+              "",
+              "Tensor, pipeline and sharded layouts: the model charges each collective a layout issues per "
+              "micro-batch (tp: 2 forward all-reduces per layer and one per column-parallel projection in backward; "
+              "zero3: every unit gathered in forward, the layers again in backward, each unit reduce-scattered; pp: "
+              "a send each way per stage boundary) its gloo latency and the per-op cost of DTensor / FSDP2 around it, "
+              "both measured by `mosearch profile` (profiles/local.yaml); where one step of each layout spends its "
+              "time is in results/bench/layout_collectives.md. Colocated engines take the weights through the same "
+              "broadcast as remote ones (the model's sync_s, results/bench/weight_sync.md)."]
     atomic_write_text(args.out, "\n".join(lines) + "\n")
     (runs / "rows.json").write_text(json.dumps(rows, indent=1))
 

@@ -150,11 +150,16 @@ def main() -> int:
         lines.append(f"| {r['model']} ({r['params'] / 1e6:.1f}M params) | {r['engines']} | {r['copy_bytes'] / 1e6:.1f} | "
                      f"{r['object_store']:.4f} | {r['broadcast']:.4f} | {r['object_store'] / r['broadcast']:.2f}x | "
                      f"{g:.4f} / {t:.4f} / {ld:.4f} | {r['pred']:.4f} | {r['broadcast'] / r['pred']:.2f}x |")
-    lines += ["", "Model sync_s: the route over the `local` cluster's links (`weight_sync_s`: one region at 5 GB/s), "
-              "or the copies the trainer sends through the sync path at the rate fitted in profiles/local.yaml, "
-              "whichever is slower, plus the fitted fixed cost per sync (`engine_sync_s`). The fit "
-              "(0.036 s + copies x bytes / 0.436 GB/s) came from this benchmark's first run, two engines only: the "
-              "two-engine rows of a rerun check its repeatability, the one-engine rows were not fitted on."]
+    lines += ["", "Model sync_s (problems/placement/model/comm.py::engine_sync_s, as trainer/weight_sync.py runs it): "
+              "the source packs the weights into 512 MiB buckets (two copies through memory at the profile's "
+              "bandwidth), broadcasts one copy per engine (gloo sends to each receiver) at the broadcast rate of "
+              "the profile's collective grid plus its small-message latency per broadcast (header + body per "
+              "bucket, an end marker), or the route over the `local` cluster's links if slower; then each engine "
+              "reloads at the fitted rate plus a fixed cost, in turn where the engines share one host (the load "
+              "column: the 50M model's reload grows with the engines on the host). The reload rate and "
+              "fixed cost are fitted on this benchmark's first run's two-engine rows only (profiles/local.yaml), "
+              "after the measured broadcast and packing are taken out: the two-engine rows of a rerun check its "
+              "repeatability, the one-engine rows were not fitted on."]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "weight_sync.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -20,12 +20,16 @@ GRIDS = {
     "default": dict(matmul=dict(sizes=(256, 512, 1024, 2048), repeats=7), bandwidth=dict(mib=(64, 256), repeats=7),
                     train=dict(micro_batches=(1, 4, 8, 16), seq_lens=(32, 64, 128), repeats=5),
                     rollout=dict(batches=(1, 8, 32, 64), prompt_lens=(16, 64), decode_tokens=32, repeats=5),
-                    collective=dict(sizes=(2**20, 2**23, 2**25))),
+                    collective=dict(sizes=(2**12, 2**16, 2**20, 2**23, 2**25), repeats=7)),
     "quick": dict(matmul=dict(sizes=(256, 512)), bandwidth=dict(mib=(32,)),
                   train=dict(micro_batches=(1, 4), seq_lens=(32, 64), repeats=3),
                   rollout=dict(batches=(1, 8), prompt_lens=(16,), decode_tokens=8, repeats=1),
-                  collective=dict(sizes=(2**20,), repeats=2)),
+                  collective=dict(sizes=(2**12, 2**20), repeats=2)),
 }
+
+
+STEP_KEYS = {"matmul": "matmul", "bandwidth": "memory_bandwidth", "train": "train_step", "collective": "collective",
+             "offload": "offload", "rollout": "rollout"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--refit", metavar="PROFILE",
                    help="measure nothing: refit an existing profile's raw measurements with the current model "
                         "formulas (run-fitted overheads are kept) and write it to --out")
+    p.add_argument("--only", metavar="STEP", nargs="+", choices=sorted(STEP_KEYS),
+                   help="measure only these steps and merge them into the existing --out profile (its other "
+                        "measurements and run-fitted overheads are kept), then refit")
     p.add_argument("--model", default="tiny", help="'tiny' or a local Hugging Face model directory")
     p.add_argument("--device-type", help="catalog GPU type this device is (default: cpu-local, or the CUDA device's name)")
     p.add_argument("--grid", choices=sorted(GRIDS), default="default")
@@ -125,6 +132,20 @@ def run(args: argparse.Namespace) -> int:
         ("vLLM prefill/decode/sync", "rollout", lambda: measure.rollout(model_path, **grid["rollout"])),
     ]
     rows: dict = {}
+    old = None
+    if args.only:  # re-measure some steps of an existing profile
+        from pathlib import Path
+
+        from problems.placement.calibration import load_profile
+
+        from problems.errors import InputError
+
+        if not Path(args.out).is_file():
+            raise InputError(args.out, None, "not found", "an existing profile for --only to update")
+        old = load_profile(args.out)
+        rows = dict(old.measurements)
+        wanted = {STEP_KEYS[s] for s in args.only}
+        steps = [s for s in steps if s[1] in wanted]
     started = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -139,6 +160,12 @@ def run(args: argparse.Namespace) -> int:
             progress.advance(task)
 
     cfg, params, fitted = _fit_for(model_path, rows)
+    if old is not None:
+        kept = {k: getattr(old.fitted, k) for k in ("rollout_call_s", "train_call_s", "dp_microbatch_s")}
+        new = old.model_copy(update={"measurements": rows, "fitted": fitted.model_copy(update=kept)})
+        atomic_write_text(args.out, yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
+        _print_fitted(console, f"{', '.join(args.only)} re-measured -> {args.out}", old.fitted, new.fitted)
+        return 0
     profile = Profile(
         version=PROFILE_VERSION,
         device_type=args.device_type or local_device_type(),

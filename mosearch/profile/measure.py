@@ -123,7 +123,7 @@ def rollout(model_path: str, batches=(1, 8, 32), prompt_lens=(16, 64), decode_to
     sync = min(engine.update_weights(items, version=i + 1) for i in range(3))
     switch = min(engine.sleep() + engine.wake_up() for _ in range(3))
     return {"prefill": prefill, "decode": decode,
-            "weight_sync": [{"bytes": nbytes, "seconds": sync}],
+            "weight_sync": [{"bytes": nbytes, "copies": 0, "seconds": sync}],  # the load alone: no broadcast
             "engine_switch": [{"what": "vllm sleep+wake" if torch.cuda.is_available() else "prefix-cache reset (CPU: no sleep mode)",
                                "seconds": switch}]}
 
@@ -131,23 +131,90 @@ def rollout(model_path: str, batches=(1, 8, 32), prompt_lens=(16, 64), decode_to
 def _collective_worker(rank: int, world: int, port: int, sizes, repeats: int, out) -> None:
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend, rank=rank, world_size=world)
     dev = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     rows = []
+    # the per-op share of the wire: ring all-reduce 2(n-1)/n of the buffer, all-gather (n-1)/n of the
+    # gathered buffer, broadcast (a send to each other rank, as gloo does) (n-1) copies (systems.md)
+    share = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world, "broadcast": world - 1.0}
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device=dev)
-        s = _time(lambda: dist.all_reduce(x), repeats)
-        # ring all-reduce moves 2(n-1)/n of the buffer per rank (systems.md)
-        rows.append({"bytes": nbytes, "world": world, "backend": backend, "seconds": s,
-                     "bus_gbs": 2 * (world - 1) / world * nbytes / s / 1e9})
+        outs = torch.empty(nbytes // 4, device=dev)
+        ops = {"all_reduce": lambda: dist.all_reduce(x),
+               "all_gather": lambda: dist.all_gather_into_tensor(outs, x[: x.numel() // world]),
+               "broadcast": lambda: dist.broadcast(x, src=0)}
+        for op, fn in ops.items():
+            dist.barrier()
+            s = _time(fn, repeats)
+            rows.append({"op": op, "bytes": nbytes, "world": world, "backend": backend, "seconds": s,
+                         "bus_gbs": share[op] * nbytes / s / 1e9})
+    rows += _layout_ops(world, dev, repeats)
     if rank == 0:
         out.put(rows)
     dist.destroy_process_group()
 
 
-def collective(sizes=(2**20, 2**23, 2**25), repeats: int = 5, world: int = 2) -> list[dict]:
+def _layout_ops(world: int, dev: torch.device, repeats: int, hidden: int = 128, tokens: int = 88) -> list[dict]:
+    """The per-collective cost of the parallel wrappers the trainer uses, beyond the collective:
+    - tp: a column-parallel then a row-parallel Linear (DTensor `parallelize_module`), forward +
+      backward, against the same local shards as plain tensors; the difference is 2 collectives
+      (the row-parallel output's all-reduce, the column-parallel input gradient's) and DTensor's
+      dispatch around them;
+    - fsdp: two FSDP2 `fully_shard` Linear units under a root, forward + backward, against the plain
+      unsharded module; the difference is the all-gathers and reduce-scatters FSDP issues (counted
+      here with the profiler) and FSDP's per-unit copies and hooks around them.
+    Rows: {"op": "tp_layer" | "fsdp_units", "seconds": wrapped, "plain_seconds", "collectives", "bytes"}.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.profiler import ProfilerActivity, profile
+
+    mesh = init_device_mesh(dev.type, (world,))
+    x = torch.randn(tokens, hidden, device=dev)
+
+    def pair(width: int) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(hidden, width, bias=False),
+                                   torch.nn.Linear(width, hidden, bias=False)).to(dev)
+
+    def fwd_bwd(m):
+        def run():
+            m(x).sum().backward()
+            m.zero_grad(set_to_none=True)
+        return run
+
+    rows = []
+    tp = pair(4 * hidden)
+    parallelize_module(tp, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    dist.barrier()
+    t_tp = _time(fwd_bwd(tp), repeats, warmup=2)
+    t_local = _time(fwd_bwd(pair(4 * hidden // world)), repeats, warmup=2)
+    rows.append({"op": "tp_layer", "seconds": t_tp, "plain_seconds": t_local, "collectives": 2,
+                 "bytes": tokens * hidden * 4})
+    fs = pair(4 * hidden)
+    for layer in fs:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(fs, mesh=mesh)
+    run = fwd_bwd(fs)
+    dist.barrier()
+    t_fsdp = _time(run, repeats, warmup=2)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    n = sum(e.count for e in prof.key_averages() if e.key in ("c10d::_allgather_base_", "c10d::_reduce_scatter_base_"))
+    t_plain = _time(fwd_bwd(pair(4 * hidden)), repeats, warmup=2)
+    rows.append({"op": "fsdp_units", "seconds": t_fsdp, "plain_seconds": t_plain, "collectives": n,
+                 "bytes": hidden * 4 * hidden * 4})
+    for r in rows:
+        r.update(world=world, backend=dist.get_backend())
+    return rows
+
+
+def collective(sizes=(2**12, 2**16, 2**20, 2**23, 2**25), repeats: int = 5, world: int = 2) -> list[dict]:
     import socket
 
     import torch.multiprocessing as mp
@@ -164,7 +231,7 @@ def collective(sizes=(2**20, 2**23, 2**25), repeats: int = 5, world: int = 2) ->
     procs = [ctx.Process(target=_collective_worker, args=(r, world, port, sizes, repeats, out)) for r in range(world)]
     for p in procs:
         p.start()
-    rows = out.get(timeout=300)
+    rows = out.get(timeout=600)
     for p in procs:
         p.join(timeout=60)
     return rows

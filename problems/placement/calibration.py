@@ -32,7 +32,14 @@ class Fitted(BaseModel):
     decode_eff: float = Field(gt=0, le=1)
     decode_step_overhead_s: float = Field(ge=0, description="fixed seconds per decode step (all sequences)")
     intra_gbs: float | None = Field(default=None, gt=0, description="all-reduce bus bandwidth between workers")
-    sync_gbs: float = Field(gt=0, description="weight-sync bandwidth into the rollout engine")
+    # alpha of the alpha-beta model and the parallel wrappers' per-collective cost (the profile's
+    # collective grid; None = not measured: the model keeps its defaults)
+    collective_latency_s: float | None = Field(default=None, ge=0, description="latency per ring step of a collective")
+    p2p_latency_s: float | None = Field(default=None, ge=0, description="latency of one point-to-point send")
+    tp_op_s: float | None = Field(default=None, ge=0, description="DTensor cost per TP collective beyond it")
+    bcast_gbs: float | None = Field(default=None, gt=0, description="broadcast rate of one copy (largest message)")
+    fsdp_op_s: float | None = Field(default=None, ge=0, description="FSDP cost per all-gather / reduce-scatter beyond it")
+    sync_gbs: float = Field(gt=0, description="weight-sync rate beyond the broadcast: packing and the engines' reload")
     sync_overhead_s: float = Field(ge=0)
     switch_s: float = Field(ge=0, description="colocated context switch, both directions")
     # fitted from measured trainer runs (benchmarks/predictor_accuracy.py), not micro-benchmarks
@@ -104,17 +111,64 @@ def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_
     over_p, sec_per_flop_p = _line(np.array([2 * params * r["tokens"] for r in pf]), [r["seconds"] for r in pf])
     prefill_eff = min(1.0, 1 / (sec_per_flop_p * tflops * 1e12))
 
-    ws = m["weight_sync"]
-    sync_over, sync_gbs = 0.0, max(r["bytes"] for r in ws) / max(min(r["seconds"] for r in ws), 1e-9) / 1e9
-    if len({r["bytes"] for r in ws}) >= 2:  # two model sizes: a fixed cost per sync + a rate per copy
-        sync_over, sec_per_byte = _line([r["bytes"] * r.get("copies", 1) for r in ws], [r["seconds"] for r in ws])
-        sync_gbs = 1 / sec_per_byte / 1e9
     coll = m.get("collective") or []
-    intra = max((r["bus_gbs"] for r in coll), default=None)
+    lat = collective_latencies(coll)
+    # a sync (model/comm.py::engine_sync_s): copies x (bytes at the broadcast rate + latencies), then
+    # the rest once per sync; take the measured send out, fit the rest as fixed cost + bytes / rate
+    from problems.placement.model.comm import PACK_BYTES_PER_BYTE, sync_broadcasts
+
+    send_gbs = lat.get("bcast_gbs") or 0.0
+    p2p = lat.get("p2p_latency_s") or 0.0
+    ws = m["weight_sync"]
+    rest = [r["seconds"] - r.get("copies", 1) * ((r["bytes"] / send_gbs / 1e9 if send_gbs else 0.0)
+                                                 + float(sync_broadcasts(r["bytes"])) * p2p)
+            - (PACK_BYTES_PER_BYTE * r["bytes"] / (bw_tbs * 1e12) if r.get("copies", 1) else 0.0) for r in ws]
+    # engines that shared the host reloaded one after the other: the rest per engine
+    rest = [t / r.get("engines_on_host", 1) for t, r in zip(rest, ws)]
+    sync_over, sync_gbs = 0.0, max(r["bytes"] for r in ws) / max(min(rest), 1e-9) / 1e9
+    if len({r["bytes"] for r in ws}) >= 2:  # two model sizes: a fixed cost per engine + a rate
+        sync_over, sec_per_byte = _line([r["bytes"] for r in ws], rest)
+        sync_gbs = 1 / sec_per_byte / 1e9
+    intra = max((r["bus_gbs"] for r in coll if r.get("op", "all_reduce") == "all_reduce"), default=None)
     switch = sum(r["seconds"] for r in m.get("offload", [])) + sum(r["seconds"] for r in m.get("engine_switch", []))
     return Fitted(tflops=tflops, bandwidth_tbs=bw_tbs, mfu=mfu, train_overhead_s=over_t, prefill_eff=prefill_eff,
                   prefill_overhead_s=over_p, decode_eff=decode_eff, decode_step_overhead_s=over_d, intra_gbs=intra,
-                  sync_gbs=sync_gbs, sync_overhead_s=sync_over, switch_s=switch)
+                  sync_gbs=sync_gbs, sync_overhead_s=sync_over, switch_s=switch, **lat)
+
+
+SMALL_MESSAGE = 1 << 16  # bytes: at or below this a collective's time is its latency (alpha)
+
+
+def collective_latencies(rows: list[dict]) -> dict:
+    """Alphas and per-op costs from the profile's collective grid (`mosearch.profile.measure.collective`).
+
+    alpha: the fastest small-message time of each op (latency-bound there; a least-squares intercept
+    over 4 KiB - 32 MiB would be set by the large messages' noise): a ring all-reduce over n ranks
+    takes 2(n - 1) steps, a broadcast sends n - 1 copies (one per peer: a point-to-point send).
+    Per-op cost: the wrapped layer's time minus the plain one's, per collective it issued, minus
+    the bare collective's own time at that size (interpolated on the measured all-reduce rows)."""
+    out: dict = {}
+    small = lambda op: [r for r in rows if r.get("op", "all_reduce") == op and r.get("bytes", 0) <= SMALL_MESSAGE]  # noqa: E731
+    ar, bc, ag = small("all_reduce"), small("broadcast"), small("all_gather")
+    if ar:
+        r = min(ar, key=lambda r: r["seconds"])
+        out["collective_latency_s"] = r["seconds"] / (2 * (r["world"] - 1))
+    if bc:
+        r = min(bc, key=lambda r: r["seconds"])
+        out["p2p_latency_s"] = r["seconds"] / (r["world"] - 1)
+    big = [r for r in rows if r.get("op") == "broadcast" and r["bytes"] > SMALL_MESSAGE]
+    if big:  # bandwidth-bound: the largest message (one copy per peer)
+        r = max(big, key=lambda r: r["bytes"])
+        out["bcast_gbs"] = r["bytes"] / (r["seconds"] / (r["world"] - 1)) / 1e9
+    full = sorted((r["bytes"], r["seconds"]) for r in rows if r.get("op", "all_reduce") == "all_reduce" and "bytes" in r)
+    bare = lambda nbytes: float(np.interp(nbytes, [b for b, _ in full], [t for _, t in full])) if full else 0.0  # noqa: E731
+    for r in rows:
+        if r.get("op") == "tp_layer":
+            out["tp_op_s"] = max(0.0, (r["seconds"] - r["plain_seconds"]) / r["collectives"] - bare(r["bytes"]))
+        elif r.get("op") == "fsdp_units" and r["collectives"] > 0:
+            gather = min((x["seconds"] for x in ag), default=0.0)
+            out["fsdp_op_s"] = max(0.0, (r["seconds"] - r["plain_seconds"]) / r["collectives"] - gather)
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -207,7 +207,11 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s,
                                    "rollout_call_s": f.rollout_call_s, "train_call_s": f.train_call_s,
                                    "dp_microbatch_s": f.dp_microbatch_s, "sync_load_gbs": f.sync_gbs,
-                                   "sync_overhead_s": f.sync_overhead_s}
+                                   "sync_overhead_s": f.sync_overhead_s,
+                                   # a profiled device is run by mosearch's trainer: TP on separate projections
+                                   "tp_split_projections": 1.0, "sync_send_gbs": f.bcast_gbs or 0.0,
+                                   **{k: getattr(f, k) for k in ("collective_latency_s", "p2p_latency_s", "tp_op_s",
+                                                                 "fsdp_op_s") if getattr(f, k) is not None}}
         used[canonical] = str(file)
     return used, efficiencies
 

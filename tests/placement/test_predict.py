@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from problems.placement.catalog import Architecture, gpu_catalog
+from problems.placement.model.params import DEFAULTS
 from problems.placement.predict import TrainingJob, predict_plan, predict_training
 
 H100_HBM = 3.35e12  # bytes/s (catalog)
@@ -87,7 +88,8 @@ def _layer_and_head_bf16():
 @pytest.mark.parametrize("stages", [[1, 3], [2, 2], [3, 1]])
 def test_uneven_pipeline_stages(stages):
     L, H = _layer_and_head_bf16()
-    p2p = 2 * 32 * 64 * 2 / NVLINK  # activations forward and gradients back, one micro-batch
+    # activations forward and gradients back, one micro-batch: bytes and one send latency each
+    p2p = 2 * (32 * 64 * 2 / NVLINK + DEFAULTS["p2p_latency_s"])
     t = [n * L + p2p for n in stages]
     t[-1] += H
     got = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2, stage_layers=stages))

@@ -68,9 +68,12 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
                                                  ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
     copies = sync_copies(engines, ctx.region, f["route"] == 1, n_regions)
-    sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, e["sync_load_gbs"], e["sync_overhead_s"])
-    reshard = pmax(np.where(engines > 0, bytes_w / f["rollout_tp"] / ctx.intra, 0.0))
-    sync = np.where(colo, reshard, sync_t)
+    path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.host_memory,
+            ctx.hbm[src])
+    sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, *path)
+    # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload
+    handed = engine_sync_s(0.0, bytes_w, engines, copies, *path, handover=np.ones(len(colo), bool))
+    sync = np.where(colo, handed, sync_t)
     sync_usd = np.where(colo, 0.0, sync_usd)
     sync_cross = np.where(colo, 0.0, sync_cross)
     sw = pmax(np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,

@@ -5,6 +5,11 @@ link of the ring (Metis `_get_dp_cost`, Sailor). Hierarchical (NCCL tree/ring ov
 a node first reduce over the intra-node link, then nodes all-reduce the whole gradient over their
 network interface. ZeRO-3/FSDP gathers parameters in forward and backward and reduce-scatters
 gradients: 3 x (n-1)/n x bytes instead of 2 x (ZeRO paper, Rajbhandari et al.).
+
+Small messages pay a fixed cost per collective (the alpha of the alpha-beta model: Hockney 1994;
+Thakur, Rabenseifner & Gropp 2005), so layouts that issue many small collectives per micro-batch
+(tensor parallelism, FSDP units, pipeline sends) are charged count x (latency + per-op overhead)
+with the counts derived from the layout (`tp_collectives`, `fsdp_collectives`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,28 @@ def ring_allreduce_s(nbytes, n, bw, latency=0.0):
     """Ring all-reduce of `nbytes` among `n` ranks whose slowest link carries `bw` bytes/s."""
     n = np.asarray(n, dtype=float)
     return np.where(n > 1, 2.0 * (n - 1) / np.maximum(n, 1) * nbytes / bw + 2.0 * (n - 1) * latency, 0.0)
+
+
+def tp_collectives(n_fwd, n_bwd, gated=True, split_projections=False):
+    """All-reduces one transformer layer's tensor-parallel group issues per micro-batch.
+
+    Forward: one after each row-parallel projection (attention output, MLP down): 2 per pass.
+    Backward: one on the input gradient of each column-parallel block: Megatron-LM fuses q/k/v and
+    gate/up into one column-parallel matrix each (2 per pass, Shoeybi et al. 2019); DTensor's
+    `parallelize_module` on Hugging Face layers (mosearch's trainer) parallelises q, k, v, gate and
+    up separately, each reducing its own input gradient (5 per pass; 4 for a plain MLP)."""
+    bwd = np.where(split_projections, 3.0 + np.where(gated, 2.0, 1.0), 2.0)
+    return 2.0 * n_fwd + bwd * n_bwd
+
+
+def fsdp_collectives(units, n_fwd, n_bwd):
+    """(all-gathers, reduce-scatters) per micro-batch of FSDP / ZeRO-3 with `units` sharded units (each
+    decoder layer one, the root holding embedding, norm and head another), gradients reduced every
+    micro-batch (FSDP2 without `no_sync`): every forward gathers each unit; every backward gathers
+    each again except the root, which stays gathered from its forward (FSDP2 keeps the root unsharded
+    after forward), and reduce-scatters each unit's gradient once."""
+    units = np.asarray(units, dtype=float)
+    return n_fwd * units + n_bwd * (units - 1.0), n_bwd * units
 
 
 def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_node, cross_bw, n_regions,
@@ -45,23 +72,65 @@ def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_nod
 
 
 def sync_copies(engines, pool_region, staged, n_regions):
-    """Copies the busiest source of the trainer's broadcast sends (trainer/weight_sync.py; gloo sends
-    one per receiver): direct, one per engine; staged, one per region, or a leader's fan-out to the
-    rest of its region if that is more."""
+    """Copies on the critical path of the trainer's broadcast sync (trainer/weight_sync.py; gloo sends
+    one per receiver): direct, one per engine from the source; staged, one per region from the
+    source, then the biggest region's leader forwards to the rest of its region after it received
+    them (no credit for overlapping the two across buckets: the trainer's leader forwards a bucket
+    before loading it, and engines sharing a host send one after the other). So inside one region
+    staged moves as many copies as direct; its gain is the slow links it does not cross (`weight_sync_s`)."""
     per_region = np.stack([psum(engines * (pool_region[None, :] == r)) for r in range(n_regions)], axis=1)
-    staged_copies = np.maximum((per_region > 0).sum(axis=1), per_region.max(axis=1) - 1)
+    staged_copies = (per_region > 0).sum(axis=1) + np.maximum(per_region.max(axis=1) - 1, 0)
     return np.where(staged, staged_copies, psum(engines)).astype(float)
 
 
-def engine_sync_s(route_s, weight_bytes, engines, copies, load_gbs, overhead_s):
-    """A sync as the trainer runs it: the route's transfer over the links, or the copies the busiest
-    source pushes through the sync path at its measured rate (sending, loading, pipelined bucket by
-    bucket), whichever is slower, plus a fixed cost per sync. engines: (N, P); copies: (N,);
-    load_gbs, overhead_s: (P,), fitted from measured syncs (0 = not profiled: no such term)."""
+# Weight-sync bucket: 512 MiB, verl's default `update_weights_bucket_megabytes` (checkpoint engine),
+# which mosearch's trainer also uses (trainer/weight_sync.py)
+SYNC_BUCKET_BYTES = 512 << 20
+
+
+def sync_broadcasts(weight_bytes, bucket_bytes=SYNC_BUCKET_BYTES):
+    """Broadcasts of one sync on each group: a header and a body per bucket, then an end marker."""
+    return 2.0 * np.ceil(np.asarray(weight_bytes, dtype=float) / bucket_bytes) + 1.0
+
+
+# bytes a sync's source moves through its memory per weight byte: packing a bucket and framing it are
+# a copy each, read + write (trainer/weight_sync.py: `pack`, `_frame`)
+PACK_BYTES_PER_BYTE = 4.0
+
+
+# a colocated hand-over (trainer/weight_sync.py `SharedBucket`): the bucket is packed straight into
+# memory the engines map, one copy (read + write); the group carries a small handle, then a barrier
+HANDOVER_PACK_BYTES_PER_BYTE = 2.0
+
+
+def engine_sync_s(route_s, weight_bytes, engines, copies, load_gbs, overhead_s, send_gbs=None, p2p_latency_s=None,
+                  shared_host=None, pack_bw=None, handover=None):
+    """A sync as the trainer runs it (trainer/weight_sync.py): the source packs the weights into
+    buckets (`PACK_BYTES_PER_BYTE` through its memory at `pack_bw` bytes/s, (N,)), the busiest source sends `copies`
+    copies one after the other (gloo's broadcast sends once to each receiver), each copy its bytes at
+    the measured broadcast rate plus one point-to-point latency per broadcast (`sync_broadcasts`); the
+    route's link transfer, if slower, bounds the same bytes. Then the engines unpack and reload the
+    weights, all at once (each engine its own process): once per sync, at the fitted rate, plus a
+    fixed cost per sync (calls, reload bookkeeping). engines: (N, P); copies: (N,); load_gbs,
+    overhead_s, send_gbs, p2p_latency_s: (P,) (0 = not profiled: no such term).
+    handover (N,): colocated plans, whose engines map the source's buckets: one packing copy, no
+    payload sent, per bucket a handle's two broadcasts and a barrier (two more latencies)."""
     has = engines > 0
+    P = engines.shape[1]
+    send_gbs = np.zeros(P) if send_gbs is None else send_gbs
+    lat = np.zeros(P) if p2p_latency_s is None else p2p_latency_s
+    per_copy = (np.where(send_gbs > 0, weight_bytes / np.maximum(send_gbs, 1e-30) / 1e9, 0.0)
+                + sync_broadcasts(weight_bytes) * lat)[None, :]
+    send = pmax(np.where(has, copies[:, None] * per_copy, 0.0))
     rate = np.where(load_gbs > 0, load_gbs * 1e9, np.inf)[None, :]
-    load = pmax(np.where(has, copies[:, None] * weight_bytes / rate, 0.0))
-    return np.maximum(route_s, load) + pmax(np.where(has, overhead_s[None, :], 0.0))
+    serial = np.where(np.zeros(P, bool) if shared_host is None else shared_host, engines, 1.0)
+    load = pmax(np.where(has, serial * (weight_bytes / rate + overhead_s[None, :]), 0.0))
+    pack = 0.0 if pack_bw is None else PACK_BYTES_PER_BYTE * weight_bytes / pack_bw
+    if handover is None:
+        return pack + np.maximum(route_s, send) + load
+    handles = pmax(np.where(has, ((sync_broadcasts(weight_bytes) - 1.0) * 2.0 + 1.0) * lat[None, :], 0.0))
+    hand_pack = 0.0 if pack_bw is None else HANDOVER_PACK_BYTES_PER_BYTE * weight_bytes / pack_bw
+    return np.where(handover, hand_pack + handles + load, pack + np.maximum(route_s, send) + load)
 
 
 def weight_sync_s(weight_bytes, src_region, engines, pool_region, region_bw, region_lat, region_egress,

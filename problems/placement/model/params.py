@@ -41,18 +41,32 @@ DEFAULTS = {
     "host_gbs": 25.0,
     # CPU Adam for optimizer offload: bytes of optimizer state streamed per second (assumed)
     "cpu_adam_gbs": 10.0,
-    # weight sync (fitted from measured syncs, profile `weight_sync` rows): the rate one copy moves
-    # through the sync path (send + engine load; 0 = not profiled: only the route's links count) and
-    # a fixed cost per sync (calls, per-bucket round trips, the engine's reload bookkeeping)
+    # weight sync (comm.engine_sync_s): the rate one copy is broadcast at (the profile's broadcast
+    # grid; 0 = not profiled: only the route's links count), and, fitted from measured syncs (profile
+    # `weight_sync` rows) after that send is taken out, the rate of the rest of a sync (packing the
+    # bucket, the engines' reload, once per sync) and its fixed cost (calls, reload bookkeeping)
+    "sync_send_gbs": 0.0,
     "sync_load_gbs": 0.0,
     "sync_overhead_s": 0.0,
-    # latency of one collective inside a node (NCCL small-message latency; assumed ~10 us NVLink)
+    # latency of one collective inside a node per ring step (the alpha of the alpha-beta model):
+    # NCCL's small-message all-reduce within an NVLink node takes tens of microseconds (nccl-tests
+    # all_reduce_perf at 8 B - 64 KiB); ~10 us per step assumed. `mosearch profile` measures it
     "collective_latency_s": 10e-6,
+    # latency of one point-to-point send (pipeline stage boundary); as above, measured by the profile
+    "p2p_latency_s": 10e-6,
+    # per-collective CPU cost of the framework around it beyond the collective (DTensor dispatch of
+    # a TP all-reduce; FSDP's copy-in/out and hooks per all-gather / reduce-scatter): negligible for
+    # CUDA-graph/overlapped GPU stacks (0 by default), measured on CPU by `mosearch profile`
+    "tp_op_s": 0.0,
+    "fsdp_op_s": 0.0,
+    # 1 = TP over separate q/k/v and gate/up projections (mosearch's trainer, DTensor on HF layers:
+    # a profiled device is run by it), 0 = Megatron's fused column-parallel blocks
+    "tp_split_projections": 0.0,
 }
 # kinds of device without separate device memory: no offload traffic when switching context
 HOST_MEMORY_KINDS = ("host-memory",)
 # overrides for CPU "devices" (the local cluster): small fixed runtime, no PCIe hop
-KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6}}
+KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6, "p2p_latency_s": 50e-6}}
 
 # elementwise_eff: achieved share of HBM bandwidth of the training step's element-wise kernels; the
 # catalog's `train_fit` where measured layers give it, else decode_eff

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from problems.placement.model.comm import dp_gradient_sync_s, ring_allreduce_s
+from problems.placement.model.comm import dp_gradient_sync_s, fsdp_collectives, ring_allreduce_s, tp_collectives
 from problems.placement.model.memory import (SHARD_FSDP, SHARD_NONE, SHARD_Z3, selective_op_split, state_bytes_per_param,
                                              stage_params)
 from problems.placement.model.params import ModelContext
@@ -143,10 +143,11 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     sp = np.where(ctx.sequence_parallel, tp, 1).astype(float)
     ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2, sp)
     ew_sample = (n_fwd + sel) * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
-    n_ar = 2.0 * (n_fwd + n_bwd)  # activation all-reduces per layer and micro-batch
+    # TP all-reduces per layer and micro-batch, each its latency, per-op framework cost and bytes
+    n_ar = tp_collectives(n_fwd[:, None] * np.ones(1), n_bwd, ctx.gated, e["tp_split_projections"][None, :] > 0)
     act_bytes = mb_eff * tok * ctx.hidden * ctx.bpe
-    tp_comm = np.where(tp[:, None] > 1, n_ar[:, None] * ring_allreduce_s(act_bytes, tp[:, None], ctx.intra,
-                                                                         e["collective_latency_s"]), 0.0)
+    one_ar = ring_allreduce_s(act_bytes, tp[:, None], ctx.intra, e["collective_latency_s"]) + e["tp_op_s"]
+    tp_comm = np.where(tp[:, None] > 1, n_ar * one_ar, 0.0)
     matmul = (passes * weight_f + sel_f)[:, None] / rate + (passes * attn_f)[:, None] / rate_hp
     layer = (mb_eff * matmul + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
              + tp_comm + e["layer_s"])
@@ -154,7 +155,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # pipeline p2p: activations forward and gradients back at each stage boundary
     spans = g[:, None] > ctx.gpn
     p2p_bw = np.where(spans, ctx.inter / ctx.gpn, ctx.intra)
-    xfer = np.where(pp[:, None] > 1, 2.0 * act_bytes / tp[:, None] / p2p_bw, 0.0)
+    xfer = np.where(pp[:, None] > 1, 2.0 * (act_bytes / tp[:, None] / p2p_bw + e["p2p_latency_s"]), 0.0)
     p2p = xfer + e["microbatch_s"]
     # a pipeline of m micro-batches: every stage once, then m - 1 more of the slowest (Metis, GPipe/1F1B)
     if staged:
@@ -198,6 +199,15 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     gpn_min = pmin(np.where(used, ctx.gpn, np.inf))
     dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat,
                                  gpn_min)
+    # ZeRO-3 / FSDP gathers and reduce-scatters every micro-batch (FSDP2 without no_sync), unit by
+    # unit: each collective its ring latency and FSDP's per-op cost. The volume stays one step's: on
+    # GPUs prefetching overlaps the repeated gathers with compute (not measured here; the tiny model's
+    # volume is small next to the per-op cost on CPU)
+    m_rank = pmax(np.where(reps > 0, m, 0.0)) * chunks
+    units = (np.max(ctx.stage_layers) if staged else np.ceil(ctx.layers / pp)) + 1.0
+    ag, rs = fsdp_collectives(units, n_fwd, n_bwd)
+    fsdp_op = pmax(np.where(used, (dp[:, None] - 1.0) * e["collective_latency_s"] + e["fsdp_op_s"], 0.0))
+    dp_sync = np.where(zero3 & (dp > 1), dp_sync + m_rank * models * (ag + rs) * fsdp_op, dp_sync)
     # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
     # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
     psh = stage_params(ctx, pp) / tp
