@@ -12,7 +12,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from problems.atomic import atomic_write_text
-from problems.placement.calibration import PROFILE_VERSION, Profile, fit
+from problems.placement.calibration import fit
+from problems.placement.profile import PROFILE_VERSION, Profile
 from problems.placement.catalog import gpu_aliases, gpu_catalog
 
 GRIDS = {
@@ -75,7 +76,7 @@ def _fit_for(model_path: str, rows: dict):
 
 
 def refit(args: argparse.Namespace) -> int:
-    from problems.placement.calibration import load_profile
+    from problems.placement.profile import load_profile
     from trainer.models.tiny import resolve_model
 
     old = load_profile(args.refit)
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.only:  # re-measure some steps of an existing profile
         from pathlib import Path
 
-        from problems.placement.calibration import load_profile
+        from problems.placement.profile import load_profile
 
         from problems.errors import InputError
 

@@ -1,18 +1,22 @@
-"""The placement problem: specs, GPU catalog, plans and their encoding, the performance model."""
+"""The placement problem: specs, GPU catalog, plans and their encoding, the performance model.
 
-from problems.placement.encoding import Layout
-from problems.placement.explain import explain_infeasible
-from problems.placement.plan import Plan, load_plan
-from problems.placement.problem import (
-    CONSTRAINTS,
-    OBJECTIVES,
-    PlacementProblem,
-    PlacementRepair,
-    objectives,
-)
-from problems.placement.specs import Cluster, Workload, load_cluster, load_workload
+Names are imported on first use (PEP 562), so that `problems.placement.plan` (the plan schema)
+loads without the performance model or pymoo.
+"""
 
-__all__ = [
-    "CONSTRAINTS", "OBJECTIVES", "Cluster", "Layout", "PlacementProblem", "PlacementRepair", "Plan",
-    "Workload", "explain_infeasible", "load_cluster", "load_plan", "load_workload", "objectives",
-]
+import importlib
+
+_WHERE = {
+    "Layout": "encoding", "explain_infeasible": "explain", "Plan": "plan", "load_plan": "plan",
+    "CONSTRAINTS": "problem", "OBJECTIVES": "problem", "PlacementProblem": "problem", "PlacementRepair": "problem",
+    "objectives": "problem", "Cluster": "specs", "Workload": "specs", "load_cluster": "specs",
+    "load_workload": "specs",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"problems.placement.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'problems.placement' has no attribute {name!r}")

@@ -9,53 +9,9 @@ models is kept instead of being folded into a wrong efficiency.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from problems.specio import load_model
-
-PROFILE_VERSION = 1
-
-
-class Fitted(BaseModel):
-    """What the model takes from a profile (per device type); see `fit`."""
-
-    model_config = ConfigDict(extra="forbid")
-    tflops: float = Field(gt=0, description="peak dense matmul TFLOP/s measured")
-    bandwidth_tbs: float = Field(gt=0, description="memory bandwidth, TB/s (copy, read + write)")
-    mfu: float = Field(gt=0, le=1, description="training FLOPs / (step time - overhead) / tflops")
-    train_overhead_s: float = Field(ge=0, description="fixed seconds per training micro-batch step")
-    prefill_eff: float = Field(gt=0, le=1)
-    prefill_overhead_s: float = Field(ge=0, description="fixed seconds per generate call")
-    decode_eff: float = Field(gt=0, le=1)
-    decode_step_overhead_s: float = Field(ge=0, description="fixed seconds per decode step (all sequences)")
-    intra_gbs: float | None = Field(default=None, gt=0, description="all-reduce bus bandwidth between workers")
-    # alpha of the alpha-beta model and the parallel wrappers' per-collective cost (the profile's
-    # collective grid; None = not measured: the model keeps its defaults)
-    collective_latency_s: float | None = Field(default=None, ge=0, description="latency per ring step of a collective")
-    p2p_latency_s: float | None = Field(default=None, ge=0, description="latency of one point-to-point send")
-    tp_op_s: float | None = Field(default=None, ge=0, description="DTensor cost per TP collective beyond it")
-    bcast_gbs: float | None = Field(default=None, gt=0, description="broadcast rate of one copy (largest message)")
-    fsdp_op_s: float | None = Field(default=None, ge=0, description="FSDP cost per all-gather / reduce-scatter beyond it")
-    sync_gbs: float = Field(gt=0, description="weight-sync rate beyond the broadcast: packing and the engines' reload")
-    sync_overhead_s: float = Field(ge=0)
-    switch_s: float = Field(ge=0, description="colocated context switch, both directions")
-    # fitted from measured trainer runs (benchmarks/predictor_accuracy.py), not micro-benchmarks
-    rollout_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per rollout call")
-    train_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per training step")
-    dp_microbatch_s: float = Field(default=0.0, ge=0, description="extra seconds per micro-batch of a rank when dp > 1")
-
-
-class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    version: int = PROFILE_VERSION
-    device_type: str
-    host: dict = Field(default_factory=dict)
-    model: dict = Field(default_factory=dict, description="the model the step and rollout grids ran")
-    measurements: dict
-    fitted: Fitted
+from problems.placement.profile import Fitted
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -169,7 +125,3 @@ def collective_latencies(rows: list[dict]) -> dict:
             gather = min((x["seconds"] for x in ag), default=0.0)
             out["fsdp_op_s"] = max(0.0, (r["seconds"] - r["plain_seconds"]) / r["collectives"] - gather)
     return out
-
-
-def load_profile(path: str | Path) -> Profile:
-    return load_model(path, Profile, "a profile written by `mosearch profile`")

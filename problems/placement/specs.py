@@ -180,7 +180,7 @@ def _widest_paths(n: int, links: list[tuple[int, int, float, float, float]]):
 
 def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
     """Replace catalog figures with those fitted by `mosearch profile` for each profiled GPU type."""
-    from problems.placement.calibration import load_profile
+    from problems.placement.profile import load_profile
 
     aliases = gpu_aliases(types)
     used, efficiencies = {}, {}

@@ -8,7 +8,8 @@ import yaml
 
 from problems.errors import InputError
 from problems.placement import PlacementProblem
-from problems.placement.calibration import Profile, fit
+from problems.placement.calibration import fit
+from problems.placement.profile import Profile
 from problems.placement.specs import load_cluster
 
 PARAMS, LAYERS, HIDDEN, KV_TOKEN, WEIGHTS = 500_000, 2, 128, 2048, 2_000_000

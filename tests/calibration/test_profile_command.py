@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from problems.placement.calibration import load_profile
+from problems.placement.profile import load_profile
 from problems.placement.specs import load_cluster
 
 
