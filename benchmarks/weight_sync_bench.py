@@ -77,19 +77,26 @@ def bench(model: Path, syncs: int, bucket_mb: float) -> list[dict]:
             items = worker.state_items.remote()
             ray.get([e.update_weights.remote(items, version) for e in group])
             times["object_store"].append(time.perf_counter() - t0)
-        ray.get(WS.connect(WS.route_groups("direct", ["local"] * n, "local"), [worker], group))
-        split = []
-        for _ in range(syncs):
-            version += 1
-            t0 = time.perf_counter()
-            w = worker.broadcast_weights.remote(version, int(bucket_mb * 2**20))
-            got = ray.get([e.receive_weights.remote(version) for e in group])
-            sent = ray.get(w)
-            times["broadcast"].append(time.perf_counter() - t0)
-            assert sent["error"] is None and all(g["error"] is None for g in got)
-            split.append((sent["gather_s"], sent["transfer_s"], max(g["load_s"] for g in got)))
-        out.append({"engines": n, "copy_bytes": got[0]["bytes"], "split": [statistics.median(x) for x in zip(*split)],
-                    **{k: statistics.median(v) for k, v in times.items()}})
+        splits = {}
+        # the broadcast, then the colocated hand-over (engines map the trainer's buckets on this host)
+        for path, share in (("broadcast", False), ("handover", True)):
+            ray.get(WS.connect(WS.route_groups("direct", ["local"] * n, "local"), [worker], group, share=share))
+            split, times[path] = [], []
+            for _ in range(syncs):
+                version += 1
+                t0 = time.perf_counter()
+                w = worker.broadcast_weights.remote(version, int(bucket_mb * 2**20))
+                got = ray.get([e.receive_weights.remote(version) for e in group])
+                sent = ray.get(w)
+                times[path].append(time.perf_counter() - t0)
+                assert sent["error"] is None and all(g["error"] is None for g in got)
+                assert sent["transport"] == ("shared_memory" if share else "bytes")
+                split.append((sent["gather_s"], sent["transfer_s"], max(g["load_s"] for g in got)))
+            splits[path] = [statistics.median(x) for x in zip(*split)]
+            if not share:
+                copy_bytes = got[0]["bytes"]
+        out.append({"engines": n, "copy_bytes": copy_bytes, "split": splits["broadcast"],
+                    "handover_split": splits["handover"], **{k: statistics.median(v) for k, v in times.items()}})
     for a in engines + [worker]:
         ray.kill(a)
     return out
@@ -103,13 +110,13 @@ def params(path: Path) -> int:
     return sum(p.numel() for p in m.parameters())  # tied embeddings counted once
 
 
-def model_sync_s(copy_bytes: float, engines: int = 2) -> float:
+def model_sync_s(copy_bytes: float, engines: int = 2, handover: bool = False) -> float:
     """The model's sync_s for this layout on the `local` cluster (its profile's fitted sync figures)."""
     from mosearch.commands.train import layout_sync_s
     from problems.placement.specs import load_cluster
 
     c = load_cluster(ROOT / "problems" / "clusters" / "local.yaml")
-    return layout_sync_s(c, copy_bytes, ["local"] * engines, ["cpu-local"] * engines, "local", False)
+    return layout_sync_s(c, copy_bytes, ["local"] * engines, ["cpu-local"] * engines, "local", False, handover)
 
 
 def main() -> int:
@@ -134,7 +141,8 @@ def main() -> int:
     for name, path in (("tiny", tiny), ("bench-50m", mid)):
         n = params(path)
         for r in bench(path, args.syncs, args.bucket_mb):
-            r |= {"model": name, "params": n, "pred": model_sync_s(r["copy_bytes"], r["engines"])}
+            r |= {"model": name, "params": n, "pred": model_sync_s(r["copy_bytes"], r["engines"]),
+                  "pred_handover": model_sync_s(r["copy_bytes"], r["engines"], True)}
             rows.append(r)
             print(r, flush=True)
     load1 = os.getloadavg()[0]
@@ -150,6 +158,16 @@ def main() -> int:
         lines.append(f"| {r['model']} ({r['params'] / 1e6:.1f}M params) | {r['engines']} | {r['copy_bytes'] / 1e6:.1f} | "
                      f"{r['object_store']:.4f} | {r['broadcast']:.4f} | {r['object_store'] / r['broadcast']:.2f}x | "
                      f"{g:.4f} / {t:.4f} / {ld:.4f} | {r['pred']:.4f} | {r['broadcast'] / r['pred']:.2f}x |")
+    lines += ["", "## Colocated hand-over (the engines map the trainer's buckets: shared memory on this host)", "",
+              "The same actors, groups built with `share` (as a colocated plan's run builds them): no payload on "
+              "the wire, a handle and a barrier per bucket.", "",
+              "| model | engines | broadcast s | hand-over s | speed-up | hand-over pack / handles and barriers (they wait for the loads) / load s | "
+              "model sync_s (hand-over) | measured / model |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        g, t, ld = r["handover_split"]
+        lines.append(f"| {r['model']} | {r['engines']} | {r['broadcast']:.4f} | {r['handover']:.4f} | "
+                     f"{r['broadcast'] / r['handover']:.2f}x | {g:.4f} / {t:.4f} / {ld:.4f} | {r['pred_handover']:.4f} | "
+                     f"{r['handover'] / r['pred_handover']:.2f}x |")
     lines += ["", "Model sync_s (problems/placement/model/comm.py::engine_sync_s, as trainer/weight_sync.py runs it): "
               "the source packs the weights into 512 MiB buckets (two copies through memory at the profile's "
               "bandwidth), broadcasts one copy per engine (gloo sends to each receiver) at the broadcast rate of "

@@ -198,11 +198,12 @@ def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> 
 def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
     """The performance model's weight-sync time for the layout the run had: its engines (regions, GPU
     types), the bytes of one copy it sent, the plan's route, on the plan's cluster. None when the run
-    did not broadcast, was colocated (the model counts a reshard there) or the cluster file is not found."""
+    did not broadcast (the object store) or the cluster file is not found. A colocated run's sync is the
+    hand-over (the engines map the trainer's buckets) when its summary says so."""
     from problems.placement.specs import load_cluster
 
     ws = summary.get("layout", {}).get("weight_sync") or {}
-    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or summary.get("mode") == "colocated":
+    if ws.get("path") != "broadcast" or not ws.get("copy_bytes"):
         return None
     for base in (Path.cwd(), Path(plan_file).resolve().parent):
         if (base / plan.cluster.path).is_file():
@@ -212,15 +213,17 @@ def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
         return None
     if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
         return None
+    handover = ws.get("transport") in ("shared_memory", "cuda_ipc")
     return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
-                         ws["sender_region"], ws["route"] == "staged")
+                         ws["sender_region"], ws["route"] == "staged", handover)
 
 
 def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
-                  sender_region: str, staged: bool) -> float:
+                  sender_region: str, staged: bool, handover: bool = False) -> float:
     """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
-    source broadcasts, then the engines' reload) for the engines given one by one, grouped into one
-    pseudo-pool per (GPU type, region): engines of a CPU type share its host and reload in turn."""
+    source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
+    one, grouped into one pseudo-pool per (GPU type, region): engines of a CPU type share its host and
+    reload in turn."""
     from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
     from problems.placement.model.params import DEFAULTS, HOST_MEMORY_KINDS
 
@@ -241,5 +244,6 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
     t = engine_sync_s(route, copy_bytes, engines, copies,
                       *(np.array([e[k] for e in eff]) for k in ("sync_load_gbs", "sync_overhead_s", "sync_send_gbs",
                                                                   "p2p_latency_s")),
-                      shared_host=host, pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]))
+                      shared_host=host, pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
+                      handover=np.array([handover]))
     return float(t[0])
