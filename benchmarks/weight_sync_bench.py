@@ -173,11 +173,12 @@ def main() -> int:
               "bandwidth), broadcasts one copy per engine (gloo sends to each receiver) at the broadcast rate of "
               "the profile's collective grid plus its small-message latency per broadcast (header + body per "
               "bucket, an end marker), or the route over the `local` cluster's links if slower; then each engine "
-              "reloads at the fitted rate plus a fixed cost, in turn where the engines share one host (the load "
-              "column: the 50M model's reload grows with the engines on the host). The reload rate and "
-              "fixed cost are fitted on this benchmark's first run's two-engine rows only (profiles/local.yaml), "
-              "after the measured broadcast and packing are taken out: the two-engine rows of a rerun check its "
-              "repeatability, the one-engine rows were not fitted on."]
+              "reloads at the fitted rate plus a fixed cost, all engines at once (each its own process and "
+              "device). The reload rate and fixed cost are fitted on one run's one-engine broadcast rows "
+              "(profiles/local.yaml, a quiet machine), after the measured broadcast and packing are taken "
+              "out: the one-engine broadcast rows of a rerun check repeatability; the two-engine rows and "
+              "the hand-over rows were not fitted on. The hand-over's model: one packing copy (2 bytes "
+              "through memory per byte), the handle's two broadcasts and a barrier per bucket, the reload."]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "weight_sync.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -222,20 +222,17 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
                   sender_region: str, staged: bool, handover: bool = False) -> float:
     """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
     source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
-    one, grouped into one pseudo-pool per (GPU type, region): engines of a CPU type share its host and
-    reload in turn."""
+    one, grouped into one pseudo-pool per (GPU type, region)."""
     from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
-    from problems.placement.model.params import DEFAULTS, HOST_MEMORY_KINDS
+    from problems.placement.model.params import DEFAULTS
 
     regions = cluster.regions
     keys = list(zip(engine_gpus or [None] * len(engine_regions), engine_regions))
     pools = list(dict.fromkeys(keys))
     engines = np.array([[keys.count(k) for k in pools]], dtype=float)
     eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g, _ in pools]
-    kinds = {p.gpu.name: p.gpu.intra_node.kind for p in cluster.pools}
     # the source packs at its device's memory bandwidth: the sender region's first pool
     src = next((p for p in cluster.pools if p.region == sender_region), cluster.pools[0])
-    host = np.array([kinds.get(g) in HOST_MEMORY_KINDS for g, _ in pools])
     where = np.array([regions.index(r) for _, r in pools])
     route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines, where,
                                 cluster.region_bw * 1e9, cluster.region_latency, cluster.region_egress / 1e9,
@@ -244,6 +241,6 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
     t = engine_sync_s(route, copy_bytes, engines, copies,
                       *(np.array([e[k] for e in eff]) for k in ("sync_load_gbs", "sync_overhead_s", "sync_send_gbs",
                                                                   "p2p_latency_s")),
-                      shared_host=host, pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
+                      pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
                       handover=np.array([handover]))
     return float(t[0])

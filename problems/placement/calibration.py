@@ -79,8 +79,6 @@ def fit(measurements: dict, params: int, layers: int, hidden: int, kv_bytes_per_
     rest = [r["seconds"] - r.get("copies", 1) * ((r["bytes"] / send_gbs / 1e9 if send_gbs else 0.0)
                                                  + float(sync_broadcasts(r["bytes"])) * p2p)
             - (PACK_BYTES_PER_BYTE * r["bytes"] / (bw_tbs * 1e12) if r.get("copies", 1) else 0.0) for r in ws]
-    # engines that shared the host reloaded one after the other: the rest per engine
-    rest = [t / r.get("engines_on_host", 1) for t, r in zip(rest, ws)]
     sync_over, sync_gbs = 0.0, max(r["bytes"] for r in ws) / max(min(rest), 1e-9) / 1e9
     if len({r["bytes"] for r in ws}) >= 2:  # two model sizes: a fixed cost per engine + a rate
         sync_over, sec_per_byte = _line([r["bytes"] for r in ws], rest)

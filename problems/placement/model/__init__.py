@@ -68,8 +68,7 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
                                                  ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
     copies = sync_copies(engines, ctx.region, f["route"] == 1, n_regions)
-    path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.host_memory,
-            ctx.hbm[src])
+    path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.hbm[src])
     sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, *path)
     # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload
     handed = engine_sync_s(0.0, bytes_w, engines, copies, *path, handover=np.ones(len(colo), bool))
