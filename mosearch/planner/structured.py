@@ -52,7 +52,8 @@ MAX_PAIRS = 10000  # (training, generating) footprint pairs of stage 4 scored wi
 POOL_WORK = 360_000  # footprint cap x layouts x pools
 PAIR_SLACK = 0.05  # pairs kept: estimate within 5% of the best estimate at that cost or below
 REFINE_BASES = 150  # plans refined per round in stage 5 (fewer with many pools)
-REFINE_ROUNDS = 4
+REFINE_ROUNDS = 4  # rounds always run; more follow while a round still improves the front
+MAX_REFINE_ROUNDS = 8
 KEEP_LAYOUTS = 3  # layouts kept per training footprint for the refinement
 KV_FRAC = 0.9  # vLLM's default gpu_memory_utilization
 LOG2_SEQS = 8  # vLLM's default max_num_seqs, 256
@@ -175,8 +176,15 @@ class StructuredSeeds:
         self._rollout_stage()
         X = self._combine_stage()
         self.X, self.F, self.ok = self._score(X)
-        for _ in range(REFINE_ROUNDS):
+        # refine until the moves stop paying (a round adds nothing to the throughput-cost front of
+        # feasible plans), at least REFINE_ROUNDS and at most MAX_REFINE_ROUNDS rounds: a plan found
+        # in the last round is a base only in the next (e.g. a footprint reached with one knob
+        # still at the memory-lean value the move came from)
+        for r in range(MAX_REFINE_ROUNDS):
+            before = self._front_key()
             self._refine()
+            if r + 1 >= REFINE_ROUNDS and self._front_key() == before:
+                break
 
     # ------------------------------------------------------------ scoring
     def _eval(self, X: np.ndarray) -> dict[str, np.ndarray]:
@@ -375,6 +383,11 @@ class StructuredSeeds:
         x[L.g("mode")], x[L.g("staleness_bound")], x[L.g("log2_pipeline_chunks")], x[L.g("log2_max_num_seqs")] = mode
 
     # ------------------------------------------------------------ stage 5: single-knob refinement
+    def _front_key(self) -> bytes:
+        ok = np.flatnonzero(self.ok)
+        F = self.F[ok]
+        return np.round(F[front_2d(F[:, 0], F[:, 1])][:, :2], 9).tobytes()
+
     def _bases(self) -> np.ndarray:
         ok = np.flatnonzero(self.ok)
         if len(ok) == 0:
