@@ -69,10 +69,8 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
                                                  ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
     copies = sync_copies(engines, ctx.region, f["route"] == 1, n_regions)
     path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.hbm[src])
-    sync_t = engine_sync_s(sync_t, bytes_w, engines, copies, *path)
     # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload
-    handed = engine_sync_s(0.0, bytes_w, engines, copies, *path, handover=np.ones(len(colo), bool))
-    sync = np.where(colo, handed, sync_t)
+    sync = engine_sync_s(sync_t, bytes_w, engines, copies, *path, handover=colo)
     sync_usd = np.where(colo, 0.0, sync_usd)
     sync_cross = np.where(colo, 0.0, sync_cross)
     sw = pmax(np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
