@@ -228,12 +228,15 @@ class SharedBucket:
             self.flat = torch.from_file(self.path, shared=True, size=max(nbytes, 1), dtype=torch.uint8)[:nbytes]
         return self.flat
 
-    def handle(self) -> bytes:
+    def handle(self) -> torch.Tensor:
+        """What the receivers need to map the bucket, as bytes in a uint8 tensor (for `_frame`)."""
         if self.device.type == "cuda":
             from torch.multiprocessing.reductions import reduce_tensor
 
-            return pickle.dumps(("cuda_ipc", reduce_tensor(self.flat)))
-        return pickle.dumps(("shm", self.path, self.flat.numel()))
+            blob = pickle.dumps(("cuda_ipc", reduce_tensor(self.flat)))
+        else:
+            blob = pickle.dumps(("shm", self.path, self.flat.numel()))
+        return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
 
     def close(self) -> None:
         self.flat = None
@@ -243,6 +246,13 @@ class SharedBucket:
             except FileNotFoundError:
                 pass
             self.path = None
+
+
+def _hand_over(pg, frame: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Send a hand-over's (head, body) frame, then wait until every receiver has loaded the bucket."""
+    _bcast(pg, frame[0])
+    _bcast(pg, frame[1])
+    pg.barrier().wait()
 
 
 def open_handle(blob: bytes) -> torch.Tensor:
@@ -280,15 +290,13 @@ def send(member: Member | None, version: int, buckets, device: torch.device) -> 
         box = SharedBucket(device) if any(shared) else None
         meta, flat = pack(bucket, device, box.alloc if box else None)
         head, body = _frame(version, meta, flat) if not all(shared) else (None, None)
+        hand = _frame(version, meta, box.handle()) if box else None  # the handle goes over gloo
         st["gather_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
             for pg, handover in zip(groups, shared):
-                if handover:  # the handle goes over gloo; the barrier: every receiver has loaded it
-                    h, b = _frame(version, meta, torch.frombuffer(bytearray(box.handle()), dtype=torch.uint8))
-                    _bcast(pg, h)
-                    _bcast(pg, b)
-                    pg.barrier().wait()
+                if handover:
+                    _hand_over(pg, hand)
                     st["shared_bytes"] += flat.numel()
                 else:
                     _bcast(pg, head)
@@ -395,12 +403,9 @@ class Receiver:
             if handle is None:  # received bytes: share them
                 box = SharedBucket(self.device)
                 box.alloc(flat.numel()).copy_(flat)
-                handle = torch.frombuffer(bytearray(box.handle()), dtype=torch.uint8)
+                handle = box.handle()
             try:
-                h, b = _frame(version, meta, handle)
-                _bcast(out, h)
-                _bcast(out, b)
-                out.barrier().wait()
+                _hand_over(out, _frame(version, meta, handle))
             finally:
                 if box:
                     box.close()
