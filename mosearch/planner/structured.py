@@ -180,10 +180,11 @@ class StructuredSeeds:
         # feasible plans), at least REFINE_ROUNDS and at most MAX_REFINE_ROUNDS rounds: a plan found
         # in the last round is a base only in the next (e.g. a footprint reached with one knob
         # still at the memory-lean value the move came from)
+        key = self._front_key()
         for r in range(MAX_REFINE_ROUNDS):
-            before = self._front_key()
             self._refine()
-            if r + 1 >= REFINE_ROUNDS and self._front_key() == before:
+            key, before = self._front_key(), key
+            if r + 1 >= REFINE_ROUNDS and key == before:
                 break
 
     # ------------------------------------------------------------ scoring
