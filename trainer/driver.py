@@ -180,6 +180,8 @@ class Driver:
         # Refuse a plan for another cluster before any model, actor or placement group is made.
         self.found = P.detect()
         self.layout = P.layout(self.plan, self.found, cfg.emulate, cfg.plan)
+        if cfg.backend != "vllm" and any(e.tp > 1 for e in self.layout.engines):
+            self.layout.notes.append("rollout tensor parallelism runs as tp=1: the transformers test backend has none")
         if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
             raise InputError(cfg.plan, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
                              + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
@@ -265,7 +267,7 @@ class Driver:
         roster.groups = [self.rollout, self.train]  # an unidentified actor error probes engines first
         self.rollout.spawn()
         self.train.spawn()
-        self.rollout.ready()
+        self.engine_tp = self.rollout.ready()
         self.rank_info = self.train.run("layout_info")
         # Where every actor landed, as it reports itself (node, resources, region): the run's evidence
         # that each engine and rank sits on a node of its pool's GPU type.
@@ -618,6 +620,7 @@ class Driver:
                 "pp": lay.pp if lay else 0, "sharding": lay.sharding if lay else None,
                 "stages": [b - a for a, b in (stages[k] for k in sorted(stages))],
                 "params_per_rank": [i["params"] for i in info],
+                "engine_tp": getattr(self, "engine_tp", []),  # as each engine reports it
                 "emulated": bool(lay and lay.emulated), "notes": lay.notes if lay else [],
                 "placed": getattr(self, "placed", [])}
 

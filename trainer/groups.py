@@ -260,11 +260,12 @@ class RolloutGroup:
         self.roster.add(ENGINE, i, actor)
         return actor
 
-    def ready(self) -> None:
-        """Wait until every engine has started."""
+    def ready(self) -> list[int]:
+        """Wait until every engine has started; each engine's tensor-parallel degree as it reports
+        it (the processes holding its model)."""
         import ray
 
-        ray.get(self.call("get_version"))
+        return ray.get(self.call("tp_workers"))
 
     def kill(self, i: int) -> None:
         """Test hook: kill engine i (fault injection)."""

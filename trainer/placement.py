@@ -164,6 +164,24 @@ class Layout:
         return [self.train_pools[(r // self.tp) % self.dp] for r in range(self.world)]
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def cpu_bind(tp: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `tp` CPU workers: this process's cores in `tp` disjoint sets
+    ('0|1' on two cores, '0,1|2,3' on four)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    per = len(cores) // tp
+    if per < 1:
+        raise ValueError(f"tp={tp} CPU workers need {tp} cores, this process has {len(cores)}")
+    return "|".join(",".join(map(str, cores[i * per:(i + 1) * per])) for i in range(tp))
+
+
 def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> Layout:
     """Check the plan against the found cluster and decide what to launch; refuse a plan for another cluster."""
     missing = shortfall(plan, found)
@@ -190,10 +208,12 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
     if found.ray_address and not found.regions and len(plan_regions) > 1:
         notes.append(f"the Ray cluster's nodes carry no '{REGION_LABEL}' label: pools placed by GPU type only, "
                      f"not by the plan's regions ({', '.join(plan_regions)})")
-    if not found.cuda:
-        if any(e.tp > 1 for e in engines):
-            notes.append("rollout tensor parallelism runs as tp=1 on the CPU")
-        engines = [EngineSpec(e.pool, e.gpu, 1, e.shared) for e in engines]
+    cores = cpu_cores()
+    if not found.cuda and any(e.tp > cores for e in engines):
+        # vLLM's CPU backend binds each TP worker to cores of its own (VLLM_CPU_OMP_THREADS_BIND)
+        notes.append(f"rollout tensor parallelism tp={max(e.tp for e in engines)} runs as tp=1: this machine has "
+                     f"{cores} CPU cores and vLLM's CPU backend needs one per TP worker")
+        engines = [EngineSpec(e.pool, e.gpu, 1 if e.tp > cores else e.tp, e.shared) for e in engines]
     tp, pp = plan.train.tp, plan.train.pp
     t = plan.train
     if found.cuda and t.optimizer_offload and not (t.sharding in ("zero3", "fsdp") and plan.train.dp > 1):

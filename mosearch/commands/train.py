@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{summary['status']}: {summary['steps']} steps, mode {summary['mode']}, "
           f"held-out reward {summary['reward_heldout_last']}; run in {cfg.out}")
     lay = summary["layout"]
-    print(f"layout: {lay['engines']} engines; train dp={lay['dp']} tp={lay['tp']} pp={lay['pp']} "
+    etp = sorted(set(lay.get("engine_tp") or []))
+    print(f"layout: {lay['engines']} engines" + (f" (rollout TP {'/'.join(map(str, etp))})" if etp else "")
+          + f"; train dp={lay['dp']} tp={lay['tp']} pp={lay['pp']} "
           f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
     for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
         print(line)

@@ -348,11 +348,15 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         cluster = load_cluster(local_cluster)
         pool = cluster.pools[0]
         engines, dp = int(lay.get("engines") or 1), int(lay.get("dp") or 1)
+        tp, pp = int(lay.get("tp") or 1), int(lay.get("pp") or 1)
+        etp = max(lay.get("engine_tp") or [1])  # the TP degree the engines ran with
         colo = plan.execution.mode == "colocated"
-        roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region, rollout_gpus=0 if colo else engines,
-                          train_gpus=0 if colo else dp, shared_gpus=dp if colo else 0, rollout_tp=1)
+        ranks = dp * tp * pp
+        roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region,
+                          rollout_gpus=0 if colo else engines * etp, train_gpus=0 if colo else ranks,
+                          shared_gpus=ranks if colo else 0, rollout_tp=etp)
         plan = plan.model_copy(update={
-            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": 1, "pp": 1}),
+            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": tp, "pp": pp}),
             "cluster": SpecRef(name=cluster.name, path=str(local_cluster), sha256="0" * 64)})
         wl = dataclasses.replace(wl, precision="fp32")
         notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "

@@ -1,5 +1,5 @@
-"""`mosearch train` runs tp 2, pp 2 and zero3 plans as planned: 3 steps with vLLM rollouts on the
-local cluster, and `summary.json` reports the layout that ran."""
+"""`mosearch train` runs tp 2, pp 2 and zero3 plans, and plans with rollout TP 2, as planned: 3 steps
+with vLLM rollouts on the local cluster, and `summary.json` reports the layout that ran."""
 
 import json
 
@@ -16,6 +16,10 @@ SHARED = {"pool": "cpu-local@local", "gpu": "cpu-local", "region": "local", "rol
           "shared_gpus": 2, "rollout_tp": 1}
 SPLIT = {"pool": "cpu-local@local", "gpu": "cpu-local", "region": "local", "rollout_gpus": 1, "train_gpus": 2,
          "shared_gpus": 0, "rollout_tp": 1}
+# rollout TP 2: vLLM's CPU backend runs one engine as two TP worker processes, one core each
+TP_ENGINE = {"pool": "cpu-local@local", "gpu": "cpu-local", "region": "local", "rollout_gpus": 2, "train_gpus": 2,
+             "shared_gpus": 0, "rollout_tp": 2}
+TP_SHARED = {**SHARED, "rollout_tp": 2}
 COLOC = {"mode": "colocated", "staleness_bound": 0, "pipeline_chunks": 1}
 DISAGG = {"mode": "disaggregated", "staleness_bound": 0, "pipeline_chunks": 2}
 
@@ -24,10 +28,13 @@ DISAGG = {"mode": "disaggregated", "staleness_bound": 0, "pipeline_chunks": 2}
     ("tp2", SHARED, COLOC, {"dp": 1, "tp": 2, "pp": 1, "sharding": "none", "micro_batch": 4}, [2]),
     ("pp2", SPLIT, DISAGG, {"dp": 1, "tp": 1, "pp": 2, "sharding": "none", "micro_batch": 4}, [1, 1]),
     ("zero3", SHARED, COLOC, {"dp": 2, "tp": 1, "pp": 1, "sharding": "zero3", "micro_batch": 4}, [2]),
+    ("rollout-tp2", TP_ENGINE, DISAGG, {"dp": 2, "tp": 1, "pp": 1, "sharding": "zero3", "micro_batch": 4}, [2]),
+    ("coloc-rollout-tp2", TP_SHARED, COLOC, {"dp": 1, "tp": 1, "pp": 2, "sharding": "none", "micro_batch": 4},
+     [1, 1]),
 ])
 def test_train_runs_the_plans_layout(ray_local, plan_file, tmp_path, monkeypatch, capsys, name, pool, execution, train,
                                      stages):
-    monkeypatch.setenv("MOSEARCH_LOCAL_DEVICES", "3")
+    monkeypatch.setenv("MOSEARCH_LOCAL_DEVICES", str(max(3, pool["rollout_gpus"] + pool["train_gpus"] + pool["shared_gpus"])))
     plan = plan_file(f"{name}.yaml", pools=[pool], execution=execution, train=train)
     out = tmp_path / name
     assert main(["train", "--plan", str(plan), "--steps", "3", "--out", str(out), *SMALL]) == 0
@@ -39,6 +46,8 @@ def test_train_runs_the_plans_layout(ray_local, plan_file, tmp_path, monkeypatch
     assert summary["status"] == "finished" and summary["steps"] == 3
     assert (lay["dp"], lay["tp"], lay["pp"], lay["sharding"]) == (train["dp"], train["tp"], train["pp"], train["sharding"])
     assert lay["stages"] == stages and lay["notes"] == []
+    # every engine runs the plan's rollout TP: that many processes hold its model
+    assert lay["engine_tp"] == [pool["rollout_tp"]] * lay["engines"]
     assert len(lay["params_per_rank"]) == 2 and all(0.4 * FULL < n < 0.62 * FULL for n in lay["params_per_rank"])
     assert summary["versions"]["engine"] == "vLLM" and summary["versions"]["torch"].startswith("2.")
     assert f"tp={train['tp']} pp={train['pp']}" in captured.out

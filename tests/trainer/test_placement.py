@@ -20,7 +20,8 @@ def test_local_plan_fits_this_machine(plan_file):
     assert b_r == [{"CPU": 2, "gpu:cpu-local": 1}] and b_t == [{"CPU": 2, "gpu:cpu-local": 1}]
 
 
-def test_plan_for_another_cluster_is_refused_then_emulated(plan_file):
+def test_plan_for_another_cluster_is_refused_then_emulated(plan_file, monkeypatch):
+    monkeypatch.setattr(P, "cpu_cores", lambda: 1)  # one core: vLLM's CPU backend cannot run TP 2
     f = plan_file(pools=[_pool("H100", "us", 8, 0, tp=2), _pool("L40S", "eu", 0, 8)],
                   train={"dp": 8, "tp": 1, "pp": 1, "sharding": "zero3", "micro_batch": 4})
     plan = load_plan(f)
@@ -32,7 +33,8 @@ def test_plan_for_another_cluster_is_refused_then_emulated(plan_file):
     assert lay.emulated and len(lay.engines) == 2 and lay.dp == 2
     assert {e.gpu for e in lay.engines} == {"H100"} and all(e.tp == 1 for e in lay.engines)  # CPU: tp 1
     assert set(lay.train_pools) == {"L40S@eu"}
-    assert any("tp=1" in n for n in lay.notes) and any("custom resources" in n for n in lay.notes)
+    assert any("tp=2 runs as tp=1: this machine has 1 CPU cores" in n for n in lay.notes)
+    assert any("custom resources" in n for n in lay.notes)
     b_r, b_t = P.bundles(lay, P.Found({"cpu-local": 2}))
     assert all("gpu:H100" in b for b in b_r) and all("gpu:L40S" in b for b in b_t)
 
@@ -77,3 +79,19 @@ def test_pipeline_plan_with_ppo_is_refused_in_one_line(plan_file, capsys):
     assert main(["train", "--plan", str(f), "--steps", "1", "--algo", "ppo", "--backend", "hf"]) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert len(err) == 1 and "train.pp" in err[0] and "ppo" in err[0]
+
+
+def test_rollout_tp_runs_on_the_cpu_when_each_tp_worker_has_a_core(plan_file, monkeypatch):
+    f = plan_file(pools=[_pool("H100", "us", 4, 0, tp=2), _pool("L40S", "eu", 0, 8)],
+                  train={"dp": 8, "tp": 1, "pp": 1, "sharding": "zero3", "micro_batch": 4})
+    monkeypatch.setattr(P, "cpu_cores", lambda: 2)
+    lay = P.layout(load_plan(f), P.Found({"cpu-local": 2}), emulate=True)
+    assert [e.tp for e in lay.engines] == [2, 2] and not any("tensor parallelism" in n for n in lay.notes)
+
+
+def test_cpu_bind_splits_this_process_cores_into_disjoint_sets(monkeypatch):
+    monkeypatch.setattr(P.os, "sched_getaffinity", lambda pid: {4, 5, 6, 7, 9}, raising=False)
+    assert P.cpu_bind(2) == "4,5|6,7"
+    assert P.cpu_bind(5) == "4|5|6|7|9"
+    with pytest.raises(ValueError):
+        P.cpu_bind(6)

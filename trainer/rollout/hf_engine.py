@@ -82,5 +82,8 @@ class HFEngine(WS.SyncEndpoint):
     def get_version(self) -> int:
         return self.version
 
+    def tp_workers(self) -> int:
+        return 1  # transformers generate: one process, no tensor parallelism
+
     def memory(self) -> dict:
         return {"rollout_rss_gb": rss_gb()}

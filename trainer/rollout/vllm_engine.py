@@ -1,8 +1,10 @@
 """A vLLM engine: generates n samples per prompt with behaviour log-probs, takes new weights.
 
-Hosted in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that one Ray actor is one engine. Weights
-are synchronised with `collective_rpc` -> `worker.reload_weights`, fed the FULL state dict of the
-trainer's model (named_parameters() would omit the tied lm_head.weight). On CUDA the engine uses
+Hosted in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that one Ray actor is one engine; with
+tensor parallelism its TP workers are processes of vLLM's multiprocessing executor (on the CPU each
+bound to its own cores). Weights are synchronised with `collective_rpc` -> `worker.reload_weights`,
+fed the FULL state dict of the trainer's model (named_parameters() would omit the tied
+lm_head.weight); each TP worker keeps its own shard of every tensor. On CUDA the engine uses
 vLLM sleep mode for the colocated context switch; vLLM ignores sleep mode on CPU, so there the
 switch only drops the prefix cache and the trainer side does the offload (see workers.py).
 """
@@ -18,10 +20,16 @@ from trainer.rollout.common import result, rss_gb
 
 def _reload(worker, items):
     # Runs inside vLLM's worker: load a full state dict in place (fp32 on CPU, the engine's dtype on GPU).
-    # `items` may be a generator (the broadcast receiver): the engine is in-process (uni-process
-    # executor), so it is consumed here, bucket by bucket, as vLLM's layer-wise reload asks for it.
+    # `items` may be a generator (the broadcast receiver) only when the worker is in this process
+    # (tp 1): it is then consumed bucket by bucket as vLLM's layer-wise reload asks for it. TP workers
+    # are other processes and get a list; one reload call takes the whole state, because vLLM's
+    # layer-wise reload re-initialises every layer at its start.
     worker.reload_weights(weights_iterator=iter(items))
     return True
+
+
+def _pid(worker) -> int:
+    return os.getpid()
 
 
 class VLLMEngine(WS.SyncEndpoint):
@@ -34,8 +42,14 @@ class VLLMEngine(WS.SyncEndpoint):
         from vllm import LLM
 
         self.cuda = torch.cuda.is_available()
-        kwargs = dict(model=str(model_path), tensor_parallel_size=tp if self.cuda else 1, max_num_seqs=max_num_seqs,
+        kwargs = dict(model=str(model_path), tensor_parallel_size=tp, max_num_seqs=max_num_seqs,
                       max_model_len=max_model_len, seed=seed, skip_tokenizer_init=True)
+        if tp > 1 and not self.cuda:
+            from trainer.placement import cpu_bind
+
+            # without a binding vLLM refuses two CPU workers on one NUMA node
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind(tp)
+            kwargs.update(distributed_executor_backend="mp")
         if self.cuda:
             kwargs.update(gpu_memory_utilization=kv_mem_frac, enable_sleep_mode=True, dtype="bfloat16")
         else:
@@ -63,7 +77,8 @@ class VLLMEngine(WS.SyncEndpoint):
                 ids = list(o.token_ids)
                 comps.append(ids)
                 lps.append([o.logprobs[i][tok].logprob for i, tok in enumerate(ids)])
-        return result(version, comps, lps, time.perf_counter() - t0, sum(len(p) for p in prompts))
+        return result(version, comps, lps, time.perf_counter() - t0, sum(len(p) for p in prompts),
+                      rss_gb(children=self.tp > 1))
 
     def update_weights(self, items: list, version: int) -> float:
         t0 = time.perf_counter()
@@ -73,8 +88,9 @@ class VLLMEngine(WS.SyncEndpoint):
         return time.perf_counter() - t0
 
     def sync_capable(self) -> bool:
-        """The broadcast receiver runs in this process: true unless vLLM runs TP workers in others
-        (CUDA, tp > 1), where the object-store path is used instead."""
+        """The broadcast receiver runs in this process and hands TP workers the received state; on
+        CUDA with tp > 1 that hand-on is not written (it would pickle device tensors), so the object
+        store is used there."""
         return not (self.cuda and self.tp > 1)
 
     def receive_weights(self, version: int, die_after_buckets: int | None = None) -> dict:
@@ -85,7 +101,14 @@ class VLLMEngine(WS.SyncEndpoint):
         rx = WS.Receiver(self._sync, version, torch.device("cuda", 0) if self.cuda else torch.device("cpu"),
                          die_after_buckets)
         t0 = time.perf_counter()
-        self.llm.collective_rpc(_reload, args=(rx.stream(),))
+        if self.tp == 1:
+            self.llm.collective_rpc(_reload, args=(rx.stream(),))
+        else:  # TP workers are other processes: receive every bucket here (a hand-over's mapped bucket
+            # is copied before it is released), then one reload call hands the state to each worker
+            shared = rx.member.recv_shared
+            items = [(n, t.clone() if shared else t) for n, t in rx.stream()]
+            if rx.st["error"] is None:
+                self.llm.collective_rpc(_reload, args=(items,))
         st = rx.st | {"load_s": time.perf_counter() - t0 - rx.st["transfer_s"] - rx.st["forward_s"]}
         if st["error"] is None:
             self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
@@ -111,9 +134,13 @@ class VLLMEngine(WS.SyncEndpoint):
     def get_version(self) -> int:
         return self.version
 
+    def tp_workers(self) -> int:
+        """Processes holding this engine's model: its tensor-parallel degree, as vLLM runs it."""
+        return len(set(self.llm.collective_rpc(_pid)))
+
     def memory(self) -> dict:
         import torch
 
         if self.cuda:
             return {"rollout_gpu_gb": torch.cuda.max_memory_allocated() / 2**30, "rollout_rss_gb": rss_gb()}
-        return {"rollout_rss_gb": rss_gb()}
+        return {"rollout_rss_gb": rss_gb(children=self.tp > 1)}  # TP workers are child processes
