@@ -81,7 +81,7 @@ def _rank(rank: int, world: int, port: int, layout: tuple, repeats: int, out: st
         w.accumulate(mine, len(batch), n_micro=n_micro, last=True)
         w.apply()
 
-    step()  # warm-up (pipelining infers shapes, FSDP lazily initialises)
+    step()  # warm-up (FSDP initialises lazily)
     times = []
     for _ in range(repeats):
         if world > 1:

@@ -67,6 +67,8 @@ class TrainWorker(WS.SyncEndpoint):
         # every tensor of the full model, in HF naming (tied lm_head included), for gathering it back
         self._full_meta = {k: (tuple(v.shape), v.dtype) for k, v in module.state_dict().items()}
         self.tied = bool(getattr(module.config, "tie_word_embeddings", False))
+        # activation shapes between pipeline stages: hidden states, and logits after the last
+        self.hidden, self.vocab, self.dtype = module.config.hidden_size, module.lm_head.out_features, torch.float32
         self.sharding = sharding
         self.g = PL.Groups(rank, self.dp, tp, pp, self.device.type) if world_size > 1 else None
         self.c = self.g.c if self.g else PL.Coords.of(0, 1, 1, 1)
@@ -248,13 +250,16 @@ class TrainWorker(WS.SyncEndpoint):
             seen.append((stats, bool(tt["mask"].sum() > 0)))
             return loss * scale
 
-        # The schedule infers shapes with a real forward/backward on a stand-in batch first (it calls
-        # loss_fn, and clears FSDP gradients): keep the gradients of earlier chunks aside meanwhile.
-        held = [(p, p.grad) for p in self.params if p.grad is not None]
-        for p, _ in held:
-            p.grad = None
-        stage = PipelineStage(self.model, self.c.pp_idx, self.pp, self.device, group=self.g.pp_group)
-        n = len(parts)
+        # Each micro-batch's shapes are known here, so the stage is given them (meta tensors): without
+        # them the schedule infers them every step with a real forward and backward of a stand-in batch.
+        n, seq = len(parts), ids.shape[1]
+        # (requires_grad marks the activations whose gradients travel back between stages)
+        hidden = torch.empty(rows, seq, self.hidden, dtype=self.dtype, device="meta", requires_grad=True)
+        logits = torch.empty(rows, seq, self.vocab, dtype=self.dtype, device="meta", requires_grad=True)
+        stage = PipelineStage(
+            self.model, self.c.pp_idx, self.pp, self.device, group=self.g.pp_group,
+            input_args=torch.empty(rows, seq, dtype=ids.dtype, device="meta") if self.c.first else hidden,
+            output_args=logits if self.c.last else hidden)
         sched = (Schedule1F1B if n >= self.pp else ScheduleGPipe)(stage, n, loss_fn=loss_fn, scale_grads=False)
         if self.c.first:
             sched.step(ids)
@@ -262,11 +267,8 @@ class TrainWorker(WS.SyncEndpoint):
             sched.step(target=target)
         else:
             sched.step()
-        with torch.no_grad():
-            for p, g in held:
-                p.grad = g if p.grad is None else p.grad.add_(g)
-        # the real micro-batches are the last n calls (the inference's come first)
-        self._acc_stats += [st for st, real in seen[len(seen) - n:] if real] if self.c.last else []
+        assert len(seen) == (n if self.c.last else 0), "the schedule ran a micro-batch that is not the batch's"
+        self._acc_stats += [st for st, real in seen if real]
 
     def _sync_grads(self) -> list:
         """Make every rank's gradients those of the whole global batch; returns the gradients that
