@@ -37,7 +37,7 @@ from problems.placement.encoding import MODES, SHARDINGS  # noqa: E402
 WORKLOAD = REPO / "problems" / "workloads" / "tiny-grpo.yaml"
 
 # name -> (mode, rollout devices, train devices, log2 micro-batch, staleness k, log2 chunks[, layout]);
-# layout: (train tp, train pp, sharding), default (1, 1, "none")
+# layout: (train tp, train pp, sharding[, rollout tp]), default (1, 1, "none", 1)
 PLANS = {
     "colocated-dp2-mb4": ("colocated", 2, 0, 2, 0, 0),
     "colocated-dp1-mb16": ("colocated", 1, 0, 4, 0, 0),
@@ -49,15 +49,18 @@ PLANS = {
     "colocated-tp2-mb4": ("colocated", 2, 0, 2, 0, 0, (2, 1, "none")),
     "colocated-pp2-mb4": ("colocated", 2, 0, 2, 0, 0, (1, 2, "none")),
     "colocated-zero3-dp2-mb4": ("colocated", 2, 0, 2, 0, 0, (1, 1, "zero3")),
+    "colocated-rollout-tp2-mb4": ("colocated", 2, 0, 2, 0, 0, (1, 1, "none", 2)),
 }
 
 
 def plan_vector(problem: PlacementProblem, mode, rollout, train, log2_mb, k, log2_chunks,
                 layout=(1, 1, "none")) -> np.ndarray:
     lay = problem.layout
-    tp, pp, sharding = layout
+    tp, pp, sharding = layout[:3]
+    rollout_tp = layout[3] if len(layout) > 3 else 1
     x = np.zeros(problem.n_var)
-    x[0], x[1], x[2] = rollout, train, 0  # one pool: rollout devices, training devices, TP index 0 (TP 1)
+    # one pool: rollout devices, training devices, the index of the rollout TP among the pool's options
+    x[0], x[1], x[2] = rollout, train, list(lay.rtp_options[0]).index(rollout_tp)
     x[lay.g("kv_mem_frac")] = 0.5
     x[lay.g("log2_max_num_seqs")] = 8
     x[lay.g("train_tp_idx")] = list(lay.tp_options).index(tp)
@@ -188,7 +191,7 @@ def main() -> int:
         measured = json.loads((out / "summary.json").read_text())["measured"]
         p0 = predict(problem_for, name, None)
         mode, _, _, _, k, log2_chunks = PLANS[name][:6]
-        plain = (PLANS[name][6:] or [(1, 1, "none")])[0] == (1, 1, "none")
+        plain = tuple((PLANS[name][6:] or [(1, 1, "none")])[0]) in ((1, 1, "none"), (1, 1, "none", 1))
         rows.append({"plan": name, "mode": mode, "k": k, "chunks": 2 ** log2_chunks if mode != "colocated" else 1,
                      "plain": plain,
                      "meas_step_s": measured["step_s"], "meas_sps": measured["throughput_samples_s"],
@@ -240,8 +243,8 @@ def main() -> int:
         "overheads fitted from measured runs (seconds per rollout call and per training step: Ray round "
         "trips, reward scoring, batch assembly; seconds per micro-batch of a data-parallel rank when dp > 1) - fitted **leave-one-out**: each plan's prediction uses "
         "overheads fitted on the other plans' runs only, and only on plain data-parallel plans (tp = pp = 1, no "
-        "sharding): the tp, pp and zero3 plans are never fitted on; their collectives are the model's own terms "
-        "with the profile's measured latencies and per-op costs.",
+        "sharding, rollout TP 1): the tp, pp, zero3 and rollout-TP plans are never fitted on; their collectives "
+        "are the model's own terms with the profile's measured latencies and per-op costs.",
         "",
         "| plan | mode | k | dp | chunks | step s meas | step s profile only | err % | step s profile + runs | err % | samples/s meas | samples/s pred | err % | staleness meas | pred |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
