@@ -290,7 +290,11 @@ class RolloutGroup:
         self.events.append({"lost": ENGINE, "index": i, "version": version})
 
     def wait(self, refs: list) -> list:
-        """Wait on calls to engines; an engine that died is restarted (with the current weights)."""
+        """Wait on calls to engines; an engine that died is restarted at once (with the current weights)."""
+        return self._each(refs, self.restart)
+
+    def _each(self, refs: list, on_lost) -> list:
+        """Results of calls to engines, one by one; a lost engine gives None and `on_lost(index)`."""
         out = []
         for ref in refs:
             try:
@@ -298,7 +302,7 @@ class RolloutGroup:
             except Lost as lost:
                 if lost.role != ENGINE:
                     raise
-                self.restart(lost.index)
+                on_lost(lost.index)
                 out.append(None)
         return out
 
@@ -449,15 +453,8 @@ class RolloutGroup:
             self.last_sync = {"path": OBJECT_STORE, "version": sync["version"]}
             return
         sent = self.roster.gather(sync["w"])  # a lost rank raises Lost('worker')
-        got, dead = [], []
-        for ref in sync["e"]:
-            try:
-                got.append(self.roster.gather([ref])[0])
-            except Lost as lost:
-                if lost.role != ENGINE:
-                    raise
-                dead.append(lost.index)
-                got.append(None)
+        dead: list[int] = []  # restarted after the others finish, then every engine is resent
+        got = self._each(sync["e"], dead.append)
         errors = [x["error"] for x in sent + got if x and x.get("error")]
         if dead or errors or any(x is None for x in got):
             for i in dead:
