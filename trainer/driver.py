@@ -257,7 +257,8 @@ class Driver:
         self.train = TrainGroup(ray.remote(TrainWorker), lay, found, pg_t, env, 0.5 if lay.colocated else 1.0,
                                 {"model_path": str(self.model_path), "algo": algo, "micro_batch": t.micro_batch,
                                  "sharding": t.sharding, "seed": cfg.seed, "pad_id": self.tok.pad_token_id,
-                                 "recompute": t.recompute, "optimizer_offload": t.optimizer_offload}, roster)
+                                 "recompute": t.recompute, "optimizer_offload": t.optimizer_offload}, roster,
+                                owns_pg=pg_t is not pg_r)
         self.rollout = RolloutGroup(ray.remote(VLLMEngine if cfg.backend == "vllm" else HFEngine), lay, found, pg_r, env,
                                     {"model_path": str(self.model_path), "kv_mem_frac": self.plan.rollout.kv_mem_frac,
                                      "max_num_seqs": self.plan.rollout.max_num_seqs, "max_model_len": self._max_len,
@@ -265,6 +266,7 @@ class Driver:
                                     {"n": cfg.group_size, "max_new_tokens": self.task.max_new_tokens,
                                      "temperature": cfg.temperature}, self.log, self._recovered)
         roster.groups = [self.rollout, self.train]  # an unidentified actor error probes engines first
+        self._pgs = []  # each group owns its bundles now and gives them back at shutdown
         self.rollout.spawn()
         self.train.spawn()
         self.engine_tp = self.rollout.ready()
@@ -634,7 +636,7 @@ class Driver:
                 group.shutdown()
         from ray.util.placement_group import remove_placement_group
 
-        for pg in self._pgs:
+        for pg in self._pgs:  # reserved, but set-up failed before the groups took them
             remove_placement_group(pg)
         self._pgs = []
         if self._ray_started:

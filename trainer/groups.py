@@ -116,8 +116,9 @@ class TrainGroup:
     role, probe = WORKER, "memory"
 
     def __init__(self, cls, layout: P.Layout, found: P.Found, pg, env: dict, share: float, init: dict,
-                 roster: Roster):
+                 roster: Roster, owns_pg: bool = True):
         self.cls, self.layout, self.found, self.pg, self.env, self.share = cls, layout, found, pg, env, share
+        self.owns_pg = owns_pg  # colocated: the bundles are the rollout group's, shared
         self.init = init  # TrainWorker keyword arguments shared by every rank
         self.roster = roster
         self.actors: list = []
@@ -220,6 +221,9 @@ class TrainGroup:
         for a in self.actors:
             ray.kill(a)
         self.actors = []
+        if self.owns_pg:
+            _release(self.pg)
+        self.pg = None
 
 
 class RolloutGroup:
@@ -483,6 +487,16 @@ class RolloutGroup:
         for a in self.actors:
             ray.kill(a)
         self.actors = []
+        _release(self.pg)
+        self.pg = None
+
+
+def _release(pg) -> None:
+    """Give a group's placement bundles back to Ray."""
+    if pg is not None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(pg)
 
 
 def _free_port() -> int:

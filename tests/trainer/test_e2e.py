@@ -50,6 +50,7 @@ def test_async_never_trains_on_data_older_than_k(ray_local, plan_file, tmp_path)
     out = tmp_path / "async"
     cfg = RunConfig(plan=str(plan), out=str(out), steps=5, prompts_per_step=8, group_size=4, max_new_tokens=4,
                     eval_every=0, checkpoint_every=0, backend="hf", progress=False)
+    before = _placement_groups()
     summary = run(cfg)
     rows = [r for r in _rows(out) if "time" in r]
     assert summary["status"] == "finished" and len(rows) == 5
@@ -62,6 +63,7 @@ def test_async_never_trains_on_data_older_than_k(ray_local, plan_file, tmp_path)
     if silent:
         assert len(summary["warnings"]) == 1 and "--warm-start-steps" in summary["warnings"][0]
     assert summary["versions"]["engine"].startswith("transformers") and summary["versions"]["ray"]
+    _bundles_given_back(before, 2)
 
 
 def test_signal_groups_count_groups_whose_rewards_differ():
@@ -87,6 +89,7 @@ def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
     out = tmp_path / "coloc"
     cfg = RunConfig(plan=str(plan), out=str(out), steps=2, prompts_per_step=6, group_size=4, max_new_tokens=4,
                     eval_every=0, checkpoint_every=0, backend="hf", progress=False, algo="ppo")
+    before = _placement_groups()
     summary = run(cfg)
     rows = [r for r in _rows(out) if "time" in r]
     lay = summary["layout"]
@@ -97,6 +100,20 @@ def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
     assert sorted((p["role"], p["index"]) for p in placed) == [("engine", 0), ("engine", 1), ("rank", 0), ("rank", 1)]
     assert all(r["time"]["switch"] > 0 for r in rows) and all("value_loss" in r for r in rows)
     assert all(r["behav_abs_diff_mean"] < 1e-3 for r in rows)  # both ranks stayed in sync with the engines
+    _bundles_given_back(before, 1)
+
+
+def _placement_groups() -> dict:
+    from ray.util import placement_group_table
+
+    return placement_group_table()
+
+
+def _bundles_given_back(before: dict, n: int):
+    """The `n` placement groups the run reserved were removed by the worker groups that owned them
+    (one shared group when colocated, else one per role)."""
+    new = {k: v for k, v in _placement_groups().items() if k not in before}
+    assert len(new) == n and {pg["state"] for pg in new.values()} == {"REMOVED"}, new
 
 
 def test_plan_for_another_cluster_is_refused_by_the_cli(plan_file, capsys):
