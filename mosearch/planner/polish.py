@@ -23,6 +23,7 @@ REAL_STEP = 0.05  # step of a real variable, as a share of its range
 BATCH_PLANS = 16  # archive members expanded per evaluated batch
 PAIR_BATCH = 512  # random two-variable moves per batch once the archive is a local optimum
 STALE_ROUNDS = 50  # batches without a fresh plan before giving up
+YIELD_WINDOW = 1  # batches whose archive entries per evaluation are compared with `floor`
 
 
 def neighbours(X: np.ndarray, xl: np.ndarray, xu: np.ndarray, integer: np.ndarray) -> np.ndarray:
@@ -69,7 +70,8 @@ class ParetoLocalSearch:
     """The search as an object whose whole state (rng, explored, seen, stale) can be saved
     between batches (`checkpoint.py`); `step` is one batch."""
 
-    def __init__(self, rec, repair=None, integer: np.ndarray | None = None, seed: int = 0):
+    def __init__(self, rec, repair=None, integer: np.ndarray | None = None, seed: int = 0,
+                 batch_evals: int | None = None, floor: float | None = None):
         self.rec = rec
         self.rng = np.random.default_rng(seed)
         self.xl, self.xu = np.asarray(rec.xl, dtype=float), np.asarray(rec.xu, dtype=float)
@@ -80,19 +82,30 @@ class ParetoLocalSearch:
         self.explored: set[bytes] = set()
         self.seen: set[bytes] = set(_keys(rec.archive.X))
         self.stale = 0
+        # about this many evaluations per batch (None: BATCH_PLANS archive members, PAIR_BATCH moves)
+        self.batch_evals = batch_evals
+        # archive entries per evaluation below which the search is unproductive and stops
+        # (None: never); measured over the last YIELD_WINDOW batches
+        self.floor = floor
+        self.recent: list[list[int]] = []  # [evaluations, archive entries] of the last batches
+        self.unproductive = False
 
     def done(self) -> bool:
-        return self.stale >= STALE_ROUNDS or len(self.rec.archive.X) == 0
+        return self.stale >= STALE_ROUNDS or len(self.rec.archive.X) == 0 or self.unproductive
 
     def step(self) -> None:
         A = self.rec.archive.X
         todo = [i for i, k in enumerate(_keys(A)) if k not in self.explored]
         if todo:
-            pick = self.rng.permutation(todo)[:BATCH_PLANS]
+            k = BATCH_PLANS
+            if self.batch_evals is not None:  # members whose neighbours make about batch_evals plans
+                k = max(1, int(round(self.batch_evals / max(1, len(neighbours(A[:1], self.xl, self.xu, self.integer))))))
+            pick = self.rng.permutation(todo)[:k]
             self.explored.update(_keys(A[pick]))
             N = self.fix(neighbours(A[pick], self.xl, self.xu, self.integer))
         else:
-            N = self.fix(pair_moves(A, self.xl, self.xu, self.integer, self.rng, PAIR_BATCH))
+            n = PAIR_BATCH if self.batch_evals is None else min(PAIR_BATCH, self.batch_evals)
+            N = self.fix(pair_moves(A, self.xl, self.xu, self.integer, self.rng, n))
         keys = _keys(N)
         fresh, uniq = [], set()
         for i, k in enumerate(keys):
@@ -102,7 +115,12 @@ class ParetoLocalSearch:
         self.seen.update(uniq)
         self.stale = 0 if fresh else self.stale + 1
         if fresh:
+            n0, e0 = self.rec.n_evals, getattr(self.rec, "n_entered", 0)
             self.rec.evaluate(N[fresh])
+            if self.floor is not None:
+                self.recent = (self.recent + [[self.rec.n_evals - n0, self.rec.n_entered - e0]])[-YIELD_WINDOW:]
+                evals, entries = np.sum(self.recent, axis=0)
+                self.unproductive = len(self.recent) == YIELD_WINDOW and entries < self.floor * evals
 
     def run(self, on_step=None) -> None:
         """Step until done; `on_step()` after each whole batch (where a checkpoint may be taken)."""

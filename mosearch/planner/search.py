@@ -31,6 +31,7 @@ from mosearch.planner.recording import RecordingProblem
 # (run.yaml: search_evaluations / search_wall_s).
 TIME_EVAL_RATE = 5000
 UNLIMITED_EVALS = 10**9
+YIELD_GENERATIONS = 3  # MaOEA-CS's last generations whose archive entries per evaluation the local search must match
 
 
 @dataclass
@@ -54,6 +55,7 @@ class SearchSettings:
     # baseline's on 7 of 11 `mosearch bench planners` scenarios; polish 0.25 with switch_share 0.3
     # on 10 (h100-64 x 32B 0.287 -> 0.317, mixed-64 x 32B 0.305 -> 0.347).
     switch_share: float | None = PLANNER_SWITCH_SHARE
+    adaptive: bool = True
 
 
 @dataclass
@@ -167,33 +169,62 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
             # without taking the first population's places (a resumed run has them in its archive)
             rec.archive.add(*known)
 
-        def save(phase_name: str, part) -> None:
+        def save(phase_name: str, parts: dict) -> None:
+            """parts: name -> callable giving (meta, arrays) of one part of the search."""
             if checkpointer is None:
                 return
 
             def capture():
                 m, a = ckpt.recorder_state(rec, history, history[-1]["wall_s"] if history else 0.0)
-                pm, pa = part()
-                return {**m, "phase": phase_name, phase_name: pm}, {**a, **pa}
+                m, a = {**m, "phase": phase_name}, dict(a)
+                for name, part in parts.items():
+                    pm, pa = part()
+                    m[name] = pm
+                    a.update(pa)
+                return m, a
 
             checkpointer.boundary(rec.batches, capture)
 
         try:
             if settings.algorithm == algorithms.DEFAULT:
+                planned = int(settings.evals or TIME_EVAL_RATE * settings.time_s)
+                ea = int(planned * (1.0 - settings.polish))
+                # adaptive: MaOEA-CS's schedule (mutation step, phase switch) spans the whole budget;
+                # the local search takes over at `ea` and hands the budget back when unproductive
+                algo = algorithms.make_maoea(problem, settings.pop_size, seeds, planned if settings.adaptive else ea,
+                                             settings.dedup, settings.switch_share)
+                algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
+                maoea_part = {"maoea": lambda: ckpt.maoea_state(algo)}
+                trail = [(rec.n_evals, rec.n_entered)]  # after each MaOEA-CS generation
                 if phase == "maoea":
-                    ea = int((settings.evals or TIME_EVAL_RATE * settings.time_s) * (1.0 - settings.polish))
-                    algo = algorithms.make_maoea(problem, settings.pop_size, seeds, ea, settings.dedup, settings.switch_share)
-                    algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
                     if state:
                         ckpt.guarded(ckpt.restore_maoea, algo, meta["maoea"], arrays)
                     while algo.has_next():
                         algo.next()
-                        save("maoea", lambda: ckpt.maoea_state(algo))
-                if settings.polish > 0:
-                    pls = ParetoLocalSearch(rec, algorithms.problem_repair(problem), seed=settings.seed)
+                        trail = (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]
+                        save("maoea", maoea_part)
+                elif settings.adaptive and "maoea" in meta:
+                    ckpt.guarded(ckpt.restore_maoea, algo, meta["maoea"], arrays)
+                if settings.polish > 0 and phase in ("maoea", "polish"):
+                    floor = None
+                    if settings.adaptive:
+                        (n0, e0), (n1, e1) = trail[0], trail[-1]
+                        floor = (e1 - e0) / (n1 - n0) if n1 > n0 else 0.0
+                    pls = ParetoLocalSearch(rec, algorithms.problem_repair(problem), seed=settings.seed,
+                                            batch_evals=settings.pop_size if settings.adaptive else None, floor=floor)
                     if phase == "polish":
                         ckpt.guarded(ckpt.restore_polish, pls, meta["polish"], arrays)
-                    pls.run(lambda: save("polish", lambda: ckpt.polish_state(pls)))
+                    parts = {"polish": lambda: ckpt.polish_state(pls), **(maoea_part if settings.adaptive else {})}
+                    pls.run(lambda: save("polish", parts))
+                if settings.adaptive:
+                    # whatever the local search left (it stopped being productive, or found no fresh
+                    # neighbour): MaOEA-CS goes on where it stopped, to the budget or the time limit
+                    from pymoo.termination import get_termination
+
+                    algo.termination = get_termination("n_eval", UNLIMITED_EVALS)
+                    while algo.has_next():
+                        algo.next()
+                        save("return", maoea_part)
             else:
                 algorithms.baseline_runner(settings.algorithm)(rec, budget, settings.seed)
         except StopSearch as s:
