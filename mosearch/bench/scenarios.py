@@ -163,7 +163,7 @@ def method_config(method: str) -> str:
     from mosearch.planner.search import SearchSettings
 
     s = SearchSettings()
-    return f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share}"
+    return f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share} adaptive={s.adaptive}"
 
 
 def run_method(problem: PlacementProblem, method: str, budget: int, seed: int, scale: HVScale) -> dict:

@@ -219,7 +219,7 @@ def _key_array(keys: set[bytes], width: int) -> np.ndarray:
 def polish_state(pls) -> tuple[dict, dict]:
     width = 8 * pls.rec.n_var
     return ({"rng": _rng_state(pls.rng), "stale": pls.stale, "floor": pls.floor, "recent": pls.recent,
-             "unproductive": pls.unproductive},
+             "unproductive": bool(pls.unproductive)},
             {"polish.explored": _key_array(pls.explored, width), "polish.seen": _key_array(pls.seen, width)})
 
 

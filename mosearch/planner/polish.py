@@ -120,7 +120,7 @@ class ParetoLocalSearch:
             if self.floor is not None:
                 self.recent = (self.recent + [[self.rec.n_evals - n0, self.rec.n_entered - e0]])[-YIELD_WINDOW:]
                 evals, entries = np.sum(self.recent, axis=0)
-                self.unproductive = len(self.recent) == YIELD_WINDOW and entries < self.floor * evals
+                self.unproductive = bool(len(self.recent) == YIELD_WINDOW and entries < self.floor * evals)
 
     def run(self, on_step=None) -> None:
         """Step until done; `on_step()` after each whole batch (where a checkpoint may be taken)."""

@@ -63,19 +63,22 @@ def test_sigkill_then_resume_gives_the_uninterrupted_front(reference, tmp_path):
     assert main(["plan", "--resume", str(out), "--quiet"]) == 2  # nothing left to resume
 
 
-# MaOEA-CS spends three quarters of the budget in batches of at most 40 (duplicates dropped), the local
-# search the rest in a few large batches after it
-@pytest.mark.parametrize("every,phase", [(5, "maoea"), (1, "polish")])
+# MaOEA-CS spends three quarters of the budget, then the local search takes over in batches of about a
+# population (40) and hands what it leaves back to MaOEA-CS ("return")
+@pytest.mark.parametrize("every,phase", [(5, "maoea"), (1, "polish"), (1, "return")])
 def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, every, phase):
     out = tmp_path / "run"
     settings = SearchSettings(evals=int(EVALS), seed=5, pop_size=40, progress=False)
-    seen, big = [0], [0]
+    window = int(int(EVALS) * (1 - settings.polish))  # the local search's first batch starts here
+    before, after = [0], [0]
 
     def interrupt(row, stop):
-        batch, seen[0] = row["evaluations"] - seen[0], row["evaluations"]
-        big[0] += batch > 40  # local-search batches are larger than a population
-        # MaOEA-CS: after a dozen generations; local search: at its second batch (the first is checkpointed)
-        if (phase == "maoea" and row["generation"] >= 12) or (phase == "polish" and big[0] >= 2):
+        after[0] += before[0] >= window
+        before[0] = row["evaluations"]
+        # MaOEA-CS: after a dozen generations; local search: at its second batch (the first is
+        # checkpointed); MaOEA-CS again: near the end of the budget
+        if ((phase == "maoea" and row["generation"] >= 12) or (phase == "polish" and after[0] >= 2)
+                or (phase == "return" and row["evaluations"] >= 0.97 * int(EVALS))):
             stop.set()
 
     first = plan_run(str(MIXED8), str(QWEN7), out, settings, Limits(), on_generation=interrupt, report=False,
