@@ -209,8 +209,9 @@ def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
 def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
     """What `mosearch plan` searches with, on the same budget as every method: the corner grid,
     then `run_search` with the rest (MaOEA-CS seeded with the corners, with duplicate
-    elimination and phase 2 by `SearchSettings.switch_share` of its part at the latest, then Pareto
-    local search on the archive for the last `SearchSettings.polish` share). Every evaluation
+    elimination and phase 2 by `SearchSettings.switch_share` of the budget at the latest, then Pareto
+    local search on the archive from the last `SearchSettings.polish` share on, handing back to
+    MaOEA-CS once unproductive: `SearchSettings.adaptive`). Every evaluation
     of the three parts goes through `bp`, so all count. Not counted: the baseline planners
     `mosearch plan` also runs for its report (their plans do not enter the front)."""
     from mosearch.planner.search import SearchSettings, run_search
@@ -220,8 +221,8 @@ def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
     if rest <= 0:
         return
     seeds = corners.seeds(n_extra=POP_SIZE // 2, seed=seed)
-    # the local search may stop before the budget (no fresh neighbour for a while): then the
-    # run has spent fewer evaluations, never more
+    # with adaptive off, the local search may stop before the budget (no fresh neighbour for a
+    # while): then the run has spent fewer evaluations, never more
     run_search(bp, SearchSettings(evals=rest, seed=seed, pop_size=POP_SIZE, progress=False), seeds)
 
 
