@@ -163,7 +163,8 @@ def method_config(method: str) -> str:
     from mosearch.planner.search import SearchSettings
 
     s = SearchSettings()
-    return f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share} adaptive={s.adaptive}"
+    return (f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share} "
+            f"local_search={'alternating' if s.adaptive else 'last share'}")
 
 
 def run_method(problem: PlacementProblem, method: str, budget: int, seed: int, scale: HVScale) -> dict:

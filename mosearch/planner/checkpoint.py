@@ -218,17 +218,13 @@ def _key_array(keys: set[bytes], width: int) -> np.ndarray:
 
 def polish_state(pls) -> tuple[dict, dict]:
     width = 8 * pls.rec.n_var
-    return ({"rng": _rng_state(pls.rng), "stale": pls.stale, "floor": pls.floor, "recent": pls.recent,
-             "unproductive": bool(pls.unproductive)},
+    return ({"rng": _rng_state(pls.rng), "stale": pls.stale},
             {"polish.explored": _key_array(pls.explored, width), "polish.seen": _key_array(pls.seen, width)})
 
 
 def restore_polish(pls, meta: dict, arrays: dict) -> None:
     _set_rng(pls.rng, meta["rng"])
     pls.stale = int(meta["stale"])
-    pls.floor = None if meta.get("floor") is None else float(meta["floor"])
-    pls.recent = [[int(a), int(b)] for a, b in meta.get("recent", [])]
-    pls.unproductive = bool(meta.get("unproductive", False))
     pls.explored = {r.tobytes() for r in arrays["polish.explored"]}
     pls.seen = {r.tobytes() for r in arrays["polish.seen"]}
 

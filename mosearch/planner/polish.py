@@ -12,6 +12,11 @@ When every archived plan has been expanded (a Pareto local optimum) and budget i
 search goes on with random two-variable moves from random archived plans (e.g. one GPU from
 training to rollout together with a new engine TP), which single moves cannot reach through
 the repair.
+
+Adaptive use (`SearchSettings.adaptive`, the default; `search._alternate`): batches of about
+`batch_evals` plans, alternating with MaOEA-CS generations by which of the two put more plans
+into the archive per evaluation lately. A local search that adds plans more slowly than the
+evolutionary search it interrupts spends the budget worse than that search would.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ REAL_STEP = 0.05  # step of a real variable, as a share of its range
 BATCH_PLANS = 16  # archive members expanded per evaluated batch
 PAIR_BATCH = 512  # random two-variable moves per batch once the archive is a local optimum
 STALE_ROUNDS = 50  # batches without a fresh plan before giving up
-YIELD_WINDOW = 1  # batches whose archive entries per evaluation are compared with `floor`
 
 
 def neighbours(X: np.ndarray, xl: np.ndarray, xu: np.ndarray, integer: np.ndarray) -> np.ndarray:
@@ -71,7 +75,7 @@ class ParetoLocalSearch:
     between batches (`checkpoint.py`); `step` is one batch."""
 
     def __init__(self, rec, repair=None, integer: np.ndarray | None = None, seed: int = 0,
-                 batch_evals: int | None = None, floor: float | None = None):
+                 batch_evals: int | None = None):
         self.rec = rec
         self.rng = np.random.default_rng(seed)
         self.xl, self.xu = np.asarray(rec.xl, dtype=float), np.asarray(rec.xu, dtype=float)
@@ -84,14 +88,9 @@ class ParetoLocalSearch:
         self.stale = 0
         # about this many evaluations per batch (None: BATCH_PLANS archive members, PAIR_BATCH moves)
         self.batch_evals = batch_evals
-        # archive entries per evaluation below which the search is unproductive and stops
-        # (None: never); measured over the last YIELD_WINDOW batches
-        self.floor = floor
-        self.recent: list[list[int]] = []  # [evaluations, archive entries] of the last batches
-        self.unproductive = False
 
     def done(self) -> bool:
-        return self.stale >= STALE_ROUNDS or len(self.rec.archive.X) == 0 or self.unproductive
+        return self.stale >= STALE_ROUNDS or len(self.rec.archive.X) == 0
 
     def step(self) -> None:
         A = self.rec.archive.X
@@ -115,12 +114,7 @@ class ParetoLocalSearch:
         self.seen.update(uniq)
         self.stale = 0 if fresh else self.stale + 1
         if fresh:
-            n0, e0 = self.rec.n_evals, getattr(self.rec, "n_entered", 0)
             self.rec.evaluate(N[fresh])
-            if self.floor is not None:
-                self.recent = (self.recent + [[self.rec.n_evals - n0, self.rec.n_entered - e0]])[-YIELD_WINDOW:]
-                evals, entries = np.sum(self.recent, axis=0)
-                self.unproductive = bool(len(self.recent) == YIELD_WINDOW and entries < self.floor * evals)
 
     def run(self, on_step=None) -> None:
         """Step until done; `on_step()` after each whole batch (where a checkpoint may be taken)."""
