@@ -57,15 +57,16 @@ class SearchSettings:
     # 0.25 and switch_share 0.3 on 10 (that model's figures; not re-measured since).
     switch_share: float | None = PLANNER_SWITCH_SHARE
     # Adaptive local search: MaOEA-CS's schedule (mutation step, switch_share) spans the whole budget;
-    # from the `polish` share on, the local search runs in batches of about pop_size evaluations and
-    # hands the rest back to MaOEA-CS as soon as a batch puts fewer plans into the archive per
-    # evaluation than MaOEA-CS's last YIELD_GENERATIONS generations did (or no neighbour is fresh).
-    # False: MaOEA-CS on 1 - polish of the budget with its schedule on that part, then local search to
-    # the end (it may stop early). On the current model, at 3,000 evaluations, seeds 1-5, at least
-    # every baseline on 11 of 12 `mosearch bench planners` scenarios with it, 8 without (geometric
-    # mean over the best rival 1.166 / 1.147); on the 7 clusters of benchmarks/unseen_planners.py
-    # 5 of 7 either way (median HV with / without 0.999 on geometric mean). At 3,000 evaluations
-    # the local search mostly hands back after one batch.
+    # from the `polish` share on, MaOEA-CS generations alternate with local-search batches of about
+    # pop_size evaluations, the side in use keeping the budget while it puts at least as many plans
+    # into the archive per evaluation as the other did when last measured (`_alternate`). False:
+    # MaOEA-CS on 1 - polish of the budget with its schedule on that part, then local search to the
+    # end (it may stop early). Measured on the current model: at 3,000 evaluations (seeds 1-5) at
+    # least every baseline on 11 of 12 `mosearch bench planners` scenarios with it, 8 without (median
+    # HV over the best rival 1.166 / 1.147 on geometric mean; there the local search mostly hands back
+    # after one batch); on the 7 clusters of benchmarks/unseen_planners.py 5 of 7 either way (HV with /
+    # without 0.999). At `mosearch plan`'s 60,000 evaluations it costs a little: HV 0.997 of the fixed
+    # share's on geometric mean, lower in 6 of 6 runs (benchmarks/local_search_default_budget.py).
     adaptive: bool = True
 
 
