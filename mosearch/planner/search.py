@@ -256,11 +256,13 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
                 algo = algorithms.make_maoea(problem, settings.pop_size, seeds, planned if settings.adaptive else ea,
                                              settings.dedup, settings.switch_share)
                 algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
-                maoea_part = {"maoea": lambda: ckpt.maoea_state(algo)}
-                trail = [(rec.n_evals, rec.n_entered)]  # after each MaOEA-CS generation
+                trail = [(rec.n_evals, rec.n_entered)]  # (evaluations, archive entries) after each MaOEA-CS generation
+                maoea_part = {"maoea": lambda: ckpt.maoea_state(algo),
+                              "trail": lambda: ({"marks": [list(t) for t in trail]}, {})}
                 if phase == "maoea":
                     if state:
                         ckpt.guarded(ckpt.restore_maoea, algo, meta["maoea"], arrays)
+                        trail = [tuple(t) for t in meta.get("trail", {}).get("marks", trail)]
                     while algo.has_next():
                         algo.next()
                         trail = (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]

@@ -65,7 +65,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_front(reference, tmp_path):
 
 # MaOEA-CS spends three quarters of the budget, then it alternates with the local search ("mix":
 # generations and local-search batches of about a population, 40)
-@pytest.mark.parametrize("every,phase,when", [(5, "maoea", "early"), (1, "mix", "early"), (1, "mix", "late")])
+@pytest.mark.parametrize("every,phase,when", [(5, "maoea", "early"), (1, "maoea", "late"), (1, "mix", "early"),
+                                               (1, "mix", "late")])
 def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, every, phase, when):
     out = tmp_path / "run"
     settings = SearchSettings(evals=int(EVALS), seed=5, pop_size=40, progress=False)
@@ -77,7 +78,10 @@ def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, e
         before[0] = row["evaluations"]
         # MaOEA-CS: after a dozen generations; alternation: at its second batch (the first is
         # checkpointed), or near the end of the budget
-        if ((phase == "maoea" and row["generation"] >= 12) or (phase == "mix" and when == "early" and after[0] >= 2)
+        # (late MaOEA-CS: in the generations whose archive entries set its first yield for the alternation)
+        if ((phase == "maoea" and when == "early" and row["generation"] >= 12)
+                or (phase == "maoea" and when == "late" and row["evaluations"] >= window - 60)
+                or (phase == "mix" and when == "early" and after[0] >= 2)
                 or (phase == "mix" and when == "late" and row["evaluations"] >= 0.97 * int(EVALS))):
             stop.set()
 
