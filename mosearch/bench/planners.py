@@ -247,9 +247,13 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
         "",
         f"- Budget: **{evals:,} evaluations per run for every search method**. The planner's every evaluation "
         "counts inside it: its corner grid (`mosearch plan`'s 3,000 plans, cut to a fifth of the budget when "
-        f"smaller; the distinct plans after the repair are scored), seeded MaOEA-CS on {1 - polish:.0%} of the rest (phase 2 from {switch:.0%} of that part at the "
-        f"latest), Pareto local search on the last {polish:.0%} (it may stop early "
-        "when no neighbour is fresh, never late); the MaOEA-CS ablations count their grid the same way and keep "
+        f"smaller; the distinct plans after the repair are scored), seeded MaOEA-CS on the first {1 - polish:.0%} of the rest (phase 2 from {switch:.0%} of "
+        f"{'the whole rest' if product.adaptive else 'that part'} at the latest), Pareto local search from there"
+        + (" on, alternating with MaOEA-CS generations: local-search batches of about a population, the side in use "
+           "keeping the budget while it puts at least as many plans into the archive per evaluation as the other "
+           "did when last measured (MaOEA-CS over its last 3 generations)"
+           if product.adaptive else " (it may stop early when no neighbour is fresh, never late)")
+        + "; the MaOEA-CS ablations count their grid the same way and keep "
         "the entry's phase switch rule; runs cached by the model or search settings of another version "
         "are measured again. "
         "`mosearch plan` also runs the baseline planners for its report; they are not part of its search and "

@@ -163,7 +163,8 @@ def method_config(method: str) -> str:
     from mosearch.planner.search import SearchSettings
 
     s = SearchSettings()
-    return f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share}"
+    return (f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share} "
+            f"local_search={'alternating' if s.adaptive else 'last share'}")
 
 
 def run_method(problem: PlacementProblem, method: str, budget: int, seed: int, scale: HVScale) -> dict:
@@ -206,13 +207,15 @@ def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
     return corners
 
 
-def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
+def _run_planner(bp: BudgetProblem, budget: int, seed: int, **settings) -> None:
     """What `mosearch plan` searches with, on the same budget as every method: the corner grid,
     then `run_search` with the rest (MaOEA-CS seeded with the corners, with duplicate
-    elimination and phase 2 by `SearchSettings.switch_share` of its part at the latest, then Pareto
-    local search on the archive for the last `SearchSettings.polish` share). Every evaluation
+    elimination and phase 2 by `SearchSettings.switch_share` of the budget at the latest, then Pareto
+    local search on the archive from the last `SearchSettings.polish` share on, handing back to
+    MaOEA-CS once unproductive: `SearchSettings.adaptive`). Every evaluation
     of the three parts goes through `bp`, so all count. Not counted: the baseline planners
-    `mosearch plan` also runs for its report (their plans do not enter the front)."""
+    `mosearch plan` also runs for its report (their plans do not enter the front). `settings`:
+    SearchSettings fields to change (ablations outside the bench)."""
     from mosearch.planner.search import SearchSettings, run_search
 
     corners = _grid(bp, budget, seed)
@@ -220,9 +223,9 @@ def _run_planner(bp: BudgetProblem, budget: int, seed: int) -> None:
     if rest <= 0:
         return
     seeds = corners.seeds(n_extra=POP_SIZE // 2, seed=seed)
-    # the local search may stop before the budget (no fresh neighbour for a while): then the
-    # run has spent fewer evaluations, never more
-    run_search(bp, SearchSettings(evals=rest, seed=seed, pop_size=POP_SIZE, progress=False), seeds)
+    # with adaptive off, the local search may stop before the budget (no fresh neighbour for a
+    # while): then the run has spent fewer evaluations, never more
+    run_search(bp, SearchSettings(evals=rest, seed=seed, pop_size=POP_SIZE, progress=False, **settings), seeds)
 
 
 def _run_maoea(bp: BudgetProblem, budget: int, seed: int, dedup: bool = False) -> None:

@@ -140,7 +140,7 @@ def _opt(arrays, name):
 
 def recorder_state(rec, history: list[dict], wall_s: float) -> tuple[dict, dict]:
     meta = {"n_evals": rec.n_evals, "n_feasible": rec.n_feasible, "last_feasible_share": rec.last_feasible_share,
-            "batches": rec.batches, "history": history, "wall_s": wall_s}
+            "batches": rec.batches, "n_entered": rec.n_entered, "history": history, "wall_s": wall_s}
     arrays = {"rec.X": rec.archive.X, "rec.F": rec.archive.F,
               "rec.g_best": np.empty(0) if rec.g_best is None else rec.g_best}
     return meta, arrays
@@ -153,6 +153,7 @@ def restore_recorder(rec, meta: dict, arrays: dict) -> None:
     rec.archive._data = (X.astype(float), F.astype(float))
     rec.n_evals, rec.n_feasible = int(meta["n_evals"]), int(meta["n_feasible"])
     rec.last_feasible_share, rec.batches = float(meta["last_feasible_share"]), int(meta["batches"])
+    rec.n_entered = int(meta.get("n_entered", 0))
     rec.g_best = _opt(arrays, "rec.g_best")
 
 

@@ -12,6 +12,11 @@ When every archived plan has been expanded (a Pareto local optimum) and budget i
 search goes on with random two-variable moves from random archived plans (e.g. one GPU from
 training to rollout together with a new engine TP), which single moves cannot reach through
 the repair.
+
+Adaptive use (`SearchSettings.adaptive`, the default; `search._alternate`): batches of about
+`batch_evals` plans, alternating with MaOEA-CS generations by which of the two put more plans
+into the archive per evaluation lately. A local search that adds plans more slowly than the
+evolutionary search it interrupts spends the budget worse than that search would.
 """
 
 from __future__ import annotations
@@ -69,7 +74,8 @@ class ParetoLocalSearch:
     """The search as an object whose whole state (rng, explored, seen, stale) can be saved
     between batches (`checkpoint.py`); `step` is one batch."""
 
-    def __init__(self, rec, repair=None, integer: np.ndarray | None = None, seed: int = 0):
+    def __init__(self, rec, repair=None, integer: np.ndarray | None = None, seed: int = 0,
+                 batch_evals: int | None = None):
         self.rec = rec
         self.rng = np.random.default_rng(seed)
         self.xl, self.xu = np.asarray(rec.xl, dtype=float), np.asarray(rec.xu, dtype=float)
@@ -80,6 +86,8 @@ class ParetoLocalSearch:
         self.explored: set[bytes] = set()
         self.seen: set[bytes] = set(_keys(rec.archive.X))
         self.stale = 0
+        # about this many evaluations per batch (None: BATCH_PLANS archive members, PAIR_BATCH moves)
+        self.batch_evals = batch_evals
 
     def done(self) -> bool:
         return self.stale >= STALE_ROUNDS or len(self.rec.archive.X) == 0
@@ -88,11 +96,15 @@ class ParetoLocalSearch:
         A = self.rec.archive.X
         todo = [i for i, k in enumerate(_keys(A)) if k not in self.explored]
         if todo:
-            pick = self.rng.permutation(todo)[:BATCH_PLANS]
+            k = BATCH_PLANS
+            if self.batch_evals is not None:  # members whose neighbours make about batch_evals plans
+                k = max(1, int(round(self.batch_evals / max(1, len(neighbours(A[:1], self.xl, self.xu, self.integer))))))
+            pick = self.rng.permutation(todo)[:k]
             self.explored.update(_keys(A[pick]))
             N = self.fix(neighbours(A[pick], self.xl, self.xu, self.integer))
         else:
-            N = self.fix(pair_moves(A, self.xl, self.xu, self.integer, self.rng, PAIR_BATCH))
+            n = PAIR_BATCH if self.batch_evals is None else min(PAIR_BATCH, self.batch_evals)
+            N = self.fix(pair_moves(A, self.xl, self.xu, self.integer, self.rng, n))
         keys = _keys(N)
         fresh, uniq = [], set()
         for i, k in enumerate(keys):

@@ -27,6 +27,7 @@ class RecordingProblem(Problem):
         self.n_feasible = 0
         self.last_feasible_share = 0.0
         self.batches = 0
+        self.n_entered = 0  # evaluated plans that entered the archive (each counted once, even if later dominated)
         self.g_best = None  # per constraint: smallest value seen (> 0: never satisfied)
         self.on_batch = on_batch  # called after each recorded batch; may raise to stop the search
 
@@ -64,7 +65,7 @@ class RecordingProblem(Problem):
         self.n_evals += len(X)
         self.n_feasible += int(feasible.sum())
         self.last_feasible_share = float(feasible.mean()) if len(X) else 0.0
-        self.archive.add(X, F, feasible)
+        self.n_entered += self.archive.add(X, F, feasible)
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(self)

@@ -146,7 +146,7 @@ def _proof(problem, limits: Limits) -> str | None:
     return None
 
 
-SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share")
+SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive")
 
 
 def _inputs(cluster, workload, problem) -> dict:
@@ -178,7 +178,8 @@ def resume_run(out: str | Path, progress: bool = True, time_s: float | None = No
         raise InputError(str(out), None, "this run is complete; nothing to resume", "an interrupted run directory")
     try:
         _check_unchanged(run)
-        settings = SearchSettings(progress=progress, **{k: run["settings"][k] for k in SETTINGS_SAVED if k in run["settings"]})
+        # a run saved before `adaptive` existed searched without it
+        settings = SearchSettings(progress=progress, **{"adaptive": False, **{k: run["settings"][k] for k in SETTINGS_SAVED if k in run["settings"]}})
         limits = Limits(**run["limits"])
         run_id = str(run["run_id"])
     except (KeyError, TypeError, AttributeError) as err:

@@ -31,6 +31,7 @@ from mosearch.planner.recording import RecordingProblem
 # (run.yaml: search_evaluations / search_wall_s).
 TIME_EVAL_RATE = 5000
 UNLIMITED_EVALS = 10**9
+YIELD_GENERATIONS = 3  # MaOEA-CS's last generations whose archive entries per evaluation the local search must match
 
 
 @dataclass
@@ -42,18 +43,81 @@ class SearchSettings:
     pop_size: int = 100
     jobs: int = 1
     progress: bool = True
-    # share of the evaluation budget left to Pareto local search on the archive (polish.py)
+    # share of the evaluation budget at whose start Pareto local search on the archive (polish.py)
+    # takes over from MaOEA-CS; with `adaptive` it keeps it only while productive
     polish: float = 0.25
     # drop offspring equal to a parent after the integer repair (they would spend an evaluation on
     # nothing). At 3,000 evaluations this raised the planner's median hypervolume (seeds 1-3) on
     # mixed-8 x 7B 0.277 -> 0.300, mixed-64 x 32B 0.267 -> 0.324, h100-64 x 7B 0.244 -> 0.287.
     dedup: bool = True
     # MaOEA-CS's phase 2 (mostly SBX) begins at this share of its budget at the latest (None: the
-    # entry's rule alone, which cannot fire before generation 51). With polish 0.5 and the entry's
-    # rule the planner's median hypervolume at 3,000 evaluations (seeds 1-5) was at least every
-    # baseline's on 7 of 11 `mosearch bench planners` scenarios; polish 0.25 with switch_share 0.3
-    # on 10 (h100-64 x 32B 0.287 -> 0.317, mixed-64 x 32B 0.305 -> 0.347).
+    # entry's rule alone, which cannot fire before generation 51). Chosen on an earlier model: with
+    # polish 0.5 and the entry's rule the planner's median hypervolume at 3,000 evaluations (seeds
+    # 1-5) was at least every baseline's on 7 of 11 `mosearch bench planners` scenarios, with polish
+    # 0.25 and switch_share 0.3 on 10 (that model's figures; not re-measured since).
     switch_share: float | None = PLANNER_SWITCH_SHARE
+    # Adaptive local search: MaOEA-CS's schedule (mutation step, switch_share) spans the whole budget;
+    # from the `polish` share on, MaOEA-CS generations alternate with local-search batches of about
+    # pop_size evaluations, the side in use keeping the budget while it puts at least as many plans
+    # into the archive per evaluation as the other did when last measured (`_alternate`). False:
+    # MaOEA-CS on 1 - polish of the budget with its schedule on that part, then local search to the
+    # end (it may stop early). Measured on the current model: at 3,000 evaluations (seeds 1-5) at
+    # least every baseline on 11 of 12 `mosearch bench planners` scenarios with it, 8 without (median
+    # HV over the best rival 1.166 / 1.147 on geometric mean; there the local search mostly hands back
+    # after one batch); on the 7 clusters of benchmarks/unseen_planners.py 5 of 7 either way (HV with /
+    # without 0.999). At `mosearch plan`'s 60,000 evaluations it costs a little: HV 0.997 of the fixed
+    # share's on geometric mean, lower in 6 of 6 runs (benchmarks/local_search_default_budget.py).
+    adaptive: bool = True
+
+
+def _rate(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """Archive entries per evaluation between two (evaluations, entries) marks."""
+    return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0
+
+
+def _alternate(rec, algo, problem, settings: SearchSettings, phase: str, meta: dict, arrays: dict,
+               trail: list, save) -> None:
+    """The adaptive local search: from MaOEA-CS's part of the budget to the end, each step is one
+    MaOEA-CS generation or one local-search batch of about a population's evaluations. Each arm's
+    yield is the plans it put into the archive per evaluation (MaOEA-CS: over its last
+    YIELD_GENERATIONS generations; the local search: its last batch). The local search starts; the
+    arm in use keeps the budget while its yield is at least the other's last measured one, so a
+    local search that adds plans more slowly than MaOEA-CS hands the budget back, and gets it
+    again once MaOEA-CS's yield has fallen below its own. A local search with no fresh neighbour
+    left (`done`) hands back for good. Stops by the budget or time limit (StopSearch)."""
+    from pymoo.termination import get_termination
+
+    algo.termination = get_termination("n_eval", UNLIMITED_EVALS)
+    pls = ParetoLocalSearch(rec, algorithms.problem_repair(problem), seed=settings.seed,
+                            batch_evals=settings.pop_size)
+    if phase == "mix":
+        ckpt.guarded(ckpt.restore_maoea, algo, meta["maoea"], arrays)
+        algo.termination = get_termination("n_eval", UNLIMITED_EVALS)
+        ckpt.guarded(ckpt.restore_polish, pls, meta["polish"], arrays)
+        mix = meta["mix"]
+        active, ea_rate, ls_rate = str(mix["active"]), float(mix["ea_rate"]), mix["ls_rate"]
+        trail = [tuple(t) for t in mix["trail"]]
+    else:
+        active, ea_rate, ls_rate = "polish", _rate(trail[0], trail[-1]), None
+    parts = {"maoea": lambda: ckpt.maoea_state(algo), "polish": lambda: ckpt.polish_state(pls),
+             "mix": lambda: ({"active": active, "ea_rate": ea_rate, "ls_rate": ls_rate,
+                              "trail": [list(t) for t in trail]}, {})}
+    while True:
+        if active == "polish" and not pls.done():
+            mark = (rec.n_evals, rec.n_entered)
+            pls.step()
+            if rec.n_evals > mark[0]:
+                ls_rate = _rate(mark, (rec.n_evals, rec.n_entered))
+                if ls_rate < ea_rate:
+                    active = "maoea"
+        else:
+            active = "maoea"
+            algo.next()
+            trail = (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]
+            ea_rate = _rate(trail[0], trail[-1])
+            if ls_rate is not None and ea_rate < ls_rate and not pls.done():
+                active = "polish"
+        save("mix", parts)
 
 
 @dataclass
@@ -167,33 +231,49 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
             # without taking the first population's places (a resumed run has them in its archive)
             rec.archive.add(*known)
 
-        def save(phase_name: str, part) -> None:
+        def save(phase_name: str, parts: dict) -> None:
+            """parts: name -> callable giving (meta, arrays) of one part of the search."""
             if checkpointer is None:
                 return
 
             def capture():
                 m, a = ckpt.recorder_state(rec, history, history[-1]["wall_s"] if history else 0.0)
-                pm, pa = part()
-                return {**m, "phase": phase_name, phase_name: pm}, {**a, **pa}
+                m, a = {**m, "phase": phase_name}, dict(a)
+                for name, part in parts.items():
+                    pm, pa = part()
+                    m[name] = pm
+                    a.update(pa)
+                return m, a
 
             checkpointer.boundary(rec.batches, capture)
 
         try:
             if settings.algorithm == algorithms.DEFAULT:
+                planned = int(settings.evals or TIME_EVAL_RATE * settings.time_s)
+                ea = int(planned * (1.0 - settings.polish))
+                # adaptive: MaOEA-CS's schedule (mutation step, phase switch) spans the whole budget;
+                # from `ea` on it alternates with the local search (`_alternate`)
+                algo = algorithms.make_maoea(problem, settings.pop_size, seeds, planned if settings.adaptive else ea,
+                                             settings.dedup, settings.switch_share)
+                algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
+                trail = [(rec.n_evals, rec.n_entered)]  # (evaluations, archive entries) after each MaOEA-CS generation
+                maoea_part = {"maoea": lambda: ckpt.maoea_state(algo),
+                              "trail": lambda: ({"marks": [list(t) for t in trail]}, {})}
                 if phase == "maoea":
-                    ea = int((settings.evals or TIME_EVAL_RATE * settings.time_s) * (1.0 - settings.polish))
-                    algo = algorithms.make_maoea(problem, settings.pop_size, seeds, ea, settings.dedup, settings.switch_share)
-                    algo.setup(rec, termination=("n_eval", ea), seed=settings.seed, verbose=False)
                     if state:
                         ckpt.guarded(ckpt.restore_maoea, algo, meta["maoea"], arrays)
+                        trail = [tuple(t) for t in meta.get("trail", {}).get("marks", trail)]
                     while algo.has_next():
                         algo.next()
-                        save("maoea", lambda: ckpt.maoea_state(algo))
-                if settings.polish > 0:
+                        trail = (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]
+                        save("maoea", maoea_part)
+                if settings.polish > 0 and not settings.adaptive:
                     pls = ParetoLocalSearch(rec, algorithms.problem_repair(problem), seed=settings.seed)
                     if phase == "polish":
                         ckpt.guarded(ckpt.restore_polish, pls, meta["polish"], arrays)
-                    pls.run(lambda: save("polish", lambda: ckpt.polish_state(pls)))
+                    pls.run(lambda: save("polish", {"polish": lambda: ckpt.polish_state(pls)}))
+                elif settings.adaptive:
+                    _alternate(rec, algo, problem, settings, phase, meta, arrays, trail, save)
             else:
                 algorithms.baseline_runner(settings.algorithm)(rec, budget, settings.seed)
         except StopSearch as s:

@@ -135,3 +135,33 @@ def test_corner_grid_reaches_small_footprints_that_need_offload_and_scores_each_
     for corners in (c, c7):
         assert len(np.unique(corners.X, axis=0)) == len(corners.X) <= 600
         assert len(corners.tags) == len(corners.X)
+
+
+def test_adaptive_local_search_spends_the_whole_budget_and_hands_back_to_maoea():
+    """With `adaptive`, the local search alternates with MaOEA-CS by archive entries per evaluation;
+    whatever it does not use goes to MaOEA-CS, so the run ends at the budget, not before."""
+    from pathlib import Path
+
+    from mosearch.planner import polish
+    from mosearch.planner.search import SearchSettings, run_search
+    from problems.placement.problem import PlacementProblem
+
+    root = Path(__file__).resolve().parents[2]
+    p = PlacementProblem.from_files(root / "problems/clusters/mixed-8.yaml", root / "problems/workloads/qwen2.5-7b-grpo.yaml")
+    batches = []
+    step = polish.ParetoLocalSearch.step
+
+    def counted(self):
+        n0 = self.rec.n_evals
+        step(self)
+        batches.append(self.rec.n_evals - n0)
+
+    settings = SearchSettings(evals=3000, seed=1, pop_size=50, progress=False)
+    polish.ParetoLocalSearch.step = counted
+    try:
+        res = run_search(p, settings)
+    finally:
+        polish.ParetoLocalSearch.step = step
+    assert res.stop_reason == "budget" and 3000 <= res.evaluations < 3000 + 2 * settings.pop_size
+    assert batches and max(batches) <= 3 * settings.pop_size  # batches of about a population
+    assert sum(batches) < 3000 - int(3000 * (1 - settings.polish))  # MaOEA-CS got part of the last share back

@@ -63,19 +63,26 @@ def test_sigkill_then_resume_gives_the_uninterrupted_front(reference, tmp_path):
     assert main(["plan", "--resume", str(out), "--quiet"]) == 2  # nothing left to resume
 
 
-# MaOEA-CS spends three quarters of the budget in batches of at most 40 (duplicates dropped), the local
-# search the rest in a few large batches after it
-@pytest.mark.parametrize("every,phase", [(5, "maoea"), (1, "polish")])
-def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, every, phase):
+# MaOEA-CS spends three quarters of the budget, then it alternates with the local search ("mix":
+# generations and local-search batches of about a population, 40)
+@pytest.mark.parametrize("every,phase,when", [(5, "maoea", "early"), (1, "maoea", "late"), (1, "mix", "early"),
+                                               (1, "mix", "late")])
+def test_ctrl_c_then_resume_gives_the_uninterrupted_front(reference, tmp_path, every, phase, when):
     out = tmp_path / "run"
     settings = SearchSettings(evals=int(EVALS), seed=5, pop_size=40, progress=False)
-    seen, big = [0], [0]
+    window = int(int(EVALS) * (1 - settings.polish))  # the local search's first batch starts here
+    before, after = [0], [0]
 
     def interrupt(row, stop):
-        batch, seen[0] = row["evaluations"] - seen[0], row["evaluations"]
-        big[0] += batch > 40  # local-search batches are larger than a population
-        # MaOEA-CS: after a dozen generations; local search: at its second batch (the first is checkpointed)
-        if (phase == "maoea" and row["generation"] >= 12) or (phase == "polish" and big[0] >= 2):
+        after[0] += before[0] >= window
+        before[0] = row["evaluations"]
+        # MaOEA-CS: after a dozen generations; alternation: at its second batch (the first is
+        # checkpointed), or near the end of the budget
+        # (late MaOEA-CS: in the generations whose archive entries set its first yield for the alternation)
+        if ((phase == "maoea" and when == "early" and row["generation"] >= 12)
+                or (phase == "maoea" and when == "late" and row["evaluations"] >= window - 60)
+                or (phase == "mix" and when == "early" and after[0] >= 2)
+                or (phase == "mix" and when == "late" and row["evaluations"] >= 0.97 * int(EVALS))):
             stop.set()
 
     first = plan_run(str(MIXED8), str(QWEN7), out, settings, Limits(), on_generation=interrupt, report=False,
