@@ -32,6 +32,24 @@ def _pid(worker) -> int:
     return os.getpid()
 
 
+# vLLM's TP workers wait for the next call by spinning (sched_yield) for 1 s after their last one
+# (shm_broadcast.SpinCondition busy_loop_s); on the CPU that spin takes the cores a colocated
+# plan's training ranks use between rollouts. A few milliseconds still spans the gap between two
+# decode steps.
+CPU_WORKER_SPIN_S = 0.005
+
+
+def _shorten_spin(worker, seconds: float) -> int:
+    import gc
+
+    from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+    waits = [o for o in gc.get_objects() if isinstance(o, SpinCondition) and o.is_reader]
+    for w in waits:
+        w.busy_loop_s = seconds
+    return len(waits)
+
+
 class VLLMEngine(WS.SyncEndpoint):
     def __init__(self, model_path: str, tp: int = 1, kv_mem_frac: float = 0.5, max_num_seqs: int = 64,
                  max_model_len: int = 256, seed: int = 0, eos_id: int | None = None, kv_cpu_gib: int = 1,
@@ -55,6 +73,8 @@ class VLLMEngine(WS.SyncEndpoint):
         else:
             kwargs.update(dtype="float32")  # fp32 so behaviour log-probs match the trainer's
         self.llm = LLM(**kwargs)
+        if tp > 1 and not self.cuda:
+            self.llm.collective_rpc(_shorten_spin, args=(CPU_WORKER_SPIN_S,))
         self.eos_id = eos_id
         self.version = 0
         self.asleep = False
