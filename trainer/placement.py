@@ -164,18 +164,21 @@ class Layout:
         return [self.train_pools[(r // self.tp) % self.dp] for r in range(self.world)]
 
 
-def cpu_cores() -> int:
+def _cores() -> list[int]:
     """The cores this process may run on (its affinity, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        return os.cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))  # no affinity on this platform
+
+
+def cpu_cores() -> int:
+    return len(_cores())
 
 
 def cpu_bind(tp: int) -> str:
     """VLLM_CPU_OMP_THREADS_BIND for `tp` CPU workers: this process's cores in `tp` disjoint sets
     ('0|1' on two cores, '0,1|2,3' on four)."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = _cores()
     per = len(cores) // tp
     if per < 1:
         raise ValueError(f"tp={tp} CPU workers need {tp} cores, this process has {len(cores)}")

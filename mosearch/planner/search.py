@@ -70,6 +70,12 @@ class SearchSettings:
     adaptive: bool = True
 
 
+def _mark(trail: list, rec) -> list:
+    """`trail` with this generation's (evaluations, archive entries) mark, the last
+    YIELD_GENERATIONS + 1 kept (MaOEA-CS's yield is measured over them)."""
+    return (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]
+
+
 def _rate(a: tuple[int, int], b: tuple[int, int]) -> float:
     """Archive entries per evaluation between two (evaluations, entries) marks."""
     return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0
@@ -113,7 +119,7 @@ def _alternate(rec, algo, problem, settings: SearchSettings, phase: str, meta: d
         else:
             active = "maoea"
             algo.next()
-            trail = (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]
+            trail = _mark(trail, rec)
             ea_rate = _rate(trail[0], trail[-1])
             if ls_rate is not None and ea_rate < ls_rate and not pls.done():
                 active = "polish"
@@ -265,7 +271,7 @@ def run_search(problem, settings: SearchSettings, seeds: np.ndarray | None = Non
                         trail = [tuple(t) for t in meta.get("trail", {}).get("marks", trail)]
                     while algo.has_next():
                         algo.next()
-                        trail = (trail + [(rec.n_evals, rec.n_entered)])[-(YIELD_GENERATIONS + 1):]
+                        trail = _mark(trail, rec)
                         save("maoea", maoea_part)
                 if settings.polish > 0 and not settings.adaptive:
                     pls = ParetoLocalSearch(rec, algorithms.problem_repair(problem), seed=settings.seed)

@@ -62,7 +62,8 @@ class VLLMEngine(WS.SyncEndpoint):
         self.cuda = torch.cuda.is_available()
         kwargs = dict(model=str(model_path), tensor_parallel_size=tp, max_num_seqs=max_num_seqs,
                       max_model_len=max_model_len, seed=seed, skip_tokenizer_init=True)
-        if tp > 1 and not self.cuda:
+        cpu_tp = tp > 1 and not self.cuda  # TP workers as CPU processes
+        if cpu_tp:
             from trainer.placement import cpu_bind
 
             # without a binding vLLM refuses two CPU workers on one NUMA node
@@ -73,7 +74,7 @@ class VLLMEngine(WS.SyncEndpoint):
         else:
             kwargs.update(dtype="float32")  # fp32 so behaviour log-probs match the trainer's
         self.llm = LLM(**kwargs)
-        if tp > 1 and not self.cuda:
+        if cpu_tp:
             self.llm.collective_rpc(_shorten_spin, args=(CPU_WORKER_SPIN_S,))
         self.eos_id = eos_id
         self.version = 0
