@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 from problems.atomic import atomic_write_text  # noqa: E402
 from problems.placement import PlacementProblem  # noqa: E402
 from problems.placement.encoding import MODES, SHARDINGS  # noqa: E402
+from problems.placement.profile import RUN_FITTED  # noqa: E402
 
 WORKLOAD = REPO / "problems" / "workloads" / "tiny-grpo.yaml"
 
@@ -122,21 +123,53 @@ def predict(problem_for, name: str, overheads: dict | None) -> dict:
 
 
 def fit_overheads(rows: list[dict]) -> dict:
-    """Orchestration overheads from measured runs, each the median residual of its phase:
-    per rollout call (synchronous plans, where the driver waits for rollout), per training step
-    (single-rank plans) and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the
-    single-device micro-benchmarks). Fitted on plain data-parallel plans only (tp = pp = 1, no
-    sharding): the tensor-, pipeline- and sharded plans have the model's own collective terms,
-    measured by the profile, and are predicted with these overheads, never fitted on."""
+    """Orchestration overheads from measured runs: the rollout phase's residual (synchronous plans,
+    where the driver waits for rollout) as a cost per call plus a cost per sample of an engine's
+    share (non-negative least squares); per training step the median residual of single-rank plans,
+    and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the single-device
+    micro-benchmarks). Fitted on plain data-parallel plans only (tp = pp = 1, no sharding): the
+    tensor-, pipeline- and sharded plans have the model's own collective terms, measured by the
+    profile, and are predicted with these overheads, never fitted on."""
+    from scipy.optimize import nnls
+
     rows = [r for r in rows if r.get("plain", True)]
     sync = [r for r in rows if r["mode"] != "async"]
-    roll = [(r["meas_rollout_s"] - r["pred0_rollout_s"]) / r["chunks"] for r in sync]
+    call_s = sample_s = 0.0
+    if sync:
+        a = np.array([[r["chunks"], r["engine_samples"]] for r in sync], dtype=float)
+        res = np.array([r["meas_rollout_s"] - r["pred0_rollout_s"] for r in sync])
+        if np.ptp(a[:, 1] / a[:, 0]) > 0:  # both terms identifiable: calls and shares vary apart
+            call_s, sample_s = (float(v) for v in nnls(a, res)[0])
+        else:
+            call_s = max(0.0, float(np.median(res / a[:, 0])))
     single = [r["meas_train_s"] - r["pred0_train_s"] for r in rows if r["dp"] == 1]
     train_call = max(0.0, float(np.median(single))) if single else 0.0
     multi = [(r["meas_train_s"] - r["pred0_train_s"] - train_call) / r["rank_micro_batches"] for r in rows if r["dp"] > 1]
-    return {"rollout_call_s": max(0.0, float(np.median(roll))) if roll else 0.0,
+    return {"rollout_call_s": call_s, "rollout_sample_s": sample_s,
             "train_call_s": train_call,
             "dp_microbatch_s": max(0.0, float(np.median(multi))) if multi else 0.0}
+
+
+def set_fitted(text: str, values: dict) -> str:
+    """The profile's text with these `fitted:` figures replaced or added, its comments kept."""
+    lines = text.splitlines()
+    start = lines.index("fitted:") + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    block = {ln.split(":")[0].strip(): i for i, ln in enumerate(lines[start:end], start)}
+    for k, v in values.items():
+        if k in block:
+            lines[block[k]] = f"  {k}: {v!r}"
+        else:
+            lines.insert(end, f"  {k}: {v!r}")
+            end += 1
+    assert yaml.safe_load("\n".join(lines))["fitted"] == {**yaml.safe_load(text)["fitted"], **values}
+    return "\n".join(lines) + "\n"
+
+
+def engine_count(name: str) -> int:
+    """Rollout engines of a plan: its rollout devices over the rollout TP."""
+    layout = (PLANS[name][6:] or [(1, 1, "none")])[0]
+    return PLANS[name][1] // (layout[3] if len(layout) > 3 else 1)
 
 
 def rank_micro_batches(problem: PlacementProblem, name: str, dp: int) -> int:
@@ -174,7 +207,7 @@ def main() -> int:
 
     def problem_for(overheads):
         # the profile's own run overheads are replaced: stage 1 = none, stage 2 = these
-        over = {"rollout_call_s": 0.0, "train_call_s": 0.0, "dp_microbatch_s": 0.0, **(overheads or {})}
+        over = {**dict.fromkeys(RUN_FITTED, 0.0), **(overheads or {})}
         return PlacementProblem(base.cluster, base.workload, efficiencies={"cpu-local": over})
 
     rows = []
@@ -202,6 +235,8 @@ def main() -> int:
                      "pred0_rollout_s": p0["rollout_s"], "pred0_train_s": p0["train_s"],
                      "pred_stale": p0["staleness"], "dp": int(p0["dp"]),
                      "rank_micro_batches": rank_micro_batches(base, name, int(p0["dp"])),
+                     "engine_samples": base.workload.prompts_per_step * base.workload.samples_per_prompt
+                     / engine_count(name),
                      "step_sps": step_throughputs(out)})
         print(json.dumps(rows[-1]), flush=True)
 
@@ -209,7 +244,8 @@ def main() -> int:
     for i, r in enumerate(rows):
         over = fit_overheads(rows[:i] + rows[i + 1:])
         p = predict(problem_for, r["plan"], over)
-        r.update(pred_step_s=p["step_s"], pred_sps=p["throughput_samples_s"], pred_stale=p["staleness"])
+        r.update(pred_step_s=p["step_s"], pred_sps=p["throughput_samples_s"], pred_stale=p["staleness"],
+                 pred_rollout_s=p["rollout_s"], pred_train_s=p["train_s"])
     overall = fit_overheads(rows)
 
     def ape(pred, meas):
@@ -239,9 +275,9 @@ def main() -> int:
         + (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs (--analyse-only)."),
         "",
         "Two stages of calibration: **profile only** (micro-benchmarks of the device: matmul, bandwidth, "
-        "training steps, vLLM prefill/decode) and **profile + runs**, which adds three orchestration "
-        "overheads fitted from measured runs (seconds per rollout call and per training step: Ray round "
-        "trips, reward scoring, batch assembly; seconds per micro-batch of a data-parallel rank when dp > 1) - fitted **leave-one-out**: each plan's prediction uses "
+        "training steps, vLLM prefill/decode) and **profile + runs**, which adds four orchestration "
+        "overheads fitted from measured runs (seconds per rollout call, per sample of an engine's share, and "
+        "per training step: Ray round trips, the engine's per-request work, reward scoring, batch assembly; seconds per micro-batch of a data-parallel rank when dp > 1) - fitted **leave-one-out**: each plan's prediction uses "
         "overheads fitted on the other plans' runs only, and only on plain data-parallel plans (tp = pp = 1, no "
         "sharding, rollout TP 1): the tp, pp, zero3 and rollout-TP plans are never fitted on; their collectives "
         "are the model's own terms with the profile's measured latencies and per-op costs.",
@@ -269,8 +305,12 @@ def main() -> int:
         "measurements can tell apart."
         + ("".join(f" {a} / {b}: predicted {d:.1f}% apart, measured p = {p:.2f};" for a, b, p, d in against)[:-1] + "."
            if against else ""),
+        "- Phases, held out (synchronous plans, whose measured rollout phase is the rollout): MAPE rollout "
+        f"{np.mean([ape(r['pred_rollout_s'], r['meas_rollout_s']) for r in rows if r['mode'] != 'async']):.1f}%, "
+        f"training {np.mean([ape(r['pred_train_s'], r['meas_train_s']) for r in rows if r['mode'] != 'async']):.1f}%.",
         f"- Staleness, mean absolute error: {np.mean([abs(r['pred_stale'] - r['meas_stale']) for r in rows]):.2f} versions.",
-        f"- Overheads fitted on all runs ({'not written into the profile: --keep-profile' if args.keep_profile else 'written into the profile'}): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms, "
+        f"- Overheads fitted on all runs ({'not written into the profile: --keep-profile' if args.keep_profile else 'written into the profile'}): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms "
+        f"plus {overall['rollout_sample_s'] * 1e3:.2f} ms per sample of an engine's share, "
         f"training step {overall['train_call_s'] * 1e3:.0f} ms, micro-batch of a rank when dp > 1 "
         f"{overall['dp_microbatch_s'] * 1e3:.1f} ms.",
         "",
@@ -285,8 +325,9 @@ def main() -> int:
     lines += ["", "## Worst plans (profile + runs)", ""]
     for r in worst:
         lines.append(f"- {r['plan']}: step {r['pred_step_s']:.3f} s predicted vs {r['meas_step_s']:.3f} s measured.")
-    lines += ["", "What the model misses: (1) per-call costs of the vLLM engine inside a Ray actor (about "
-              f"{overall['rollout_call_s'] * 1e3:.0f} ms per call here) are absent from the micro-benchmarks, so profile-only predictions of the rollout phase are "
+    lines += ["", "What the model misses: (1) per-call and per-sample costs of the vLLM engine inside a Ray actor "
+              f"(about {overall['rollout_call_s'] * 1e3:.0f} ms per call and {overall['rollout_sample_s'] * 1e3:.2f} ms "
+              "per sample here) are absent from the micro-benchmarks, so profile-only predictions of the rollout phase are "
               "2-3x short and only the run-fitted overhead covers them; (2) ranks of a data-parallel group cost "
               "more per micro-batch than the single-device micro-benchmark (DDP hooks, and two ranks plus the driver "
               "and engines on two shared cores), which the dp > 1 micro-batch term absorbs; (3) the measured rollout "
@@ -307,9 +348,7 @@ def main() -> int:
     (runs / "rows.json").write_text(json.dumps(rows, indent=1))
 
     if not args.keep_profile:  # the profile keeps the run-fitted overheads, so plans made with it include them
-        data = yaml.safe_load(profile.read_text())
-        data["fitted"].update(overall)
-        atomic_write_text(profile, yaml.safe_dump(data, sort_keys=False))
+        atomic_write_text(profile, set_fitted(profile.read_text(), overall))
     print("\n".join(lines))
     return 0
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil  # a dependency of vLLM
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,6 +68,7 @@ def bench(model: Path, syncs: int, bucket_mb: float) -> list[dict]:
     worker = W.remote(str(model), 0, 1, 0, {"lr": 1e-4}, 4)
     engines = [E.remote(str(model), max_num_seqs=8, max_model_len=64, seed=i) for i in range(2)]
     ray.get([e.get_version.remote() for e in engines] + [worker.memory.remote()])
+    procs = [psutil.Process(ray.get(a.__ray_call__.remote(lambda self: os.getpid()))) for a in [worker] + engines]
     out, version = [], 0
     for n in (2, 1):
         group = engines[:n]
@@ -77,11 +79,12 @@ def bench(model: Path, syncs: int, bucket_mb: float) -> list[dict]:
             items = worker.state_items.remote()
             ray.get([e.update_weights.remote(items, version) for e in group])
             times["object_store"].append(time.perf_counter() - t0)
-        splits = {}
+        splits, cpu = {}, {}
         # the broadcast, then the colocated hand-over (engines map the trainer's buckets on this host)
         for path, share in (("broadcast", False), ("handover", True)):
             ray.get(WS.connect(WS.route_groups("direct", ["local"] * n, "local"), [worker], group, share=share))
             split, times[path] = [], []
+            cpu0 = [cpu_s(p) for p in procs]
             for _ in range(syncs):
                 version += 1
                 t0 = time.perf_counter()
@@ -93,13 +96,20 @@ def bench(model: Path, syncs: int, bucket_mb: float) -> list[dict]:
                 assert sent["transport"] == ("shared_memory" if share else "bytes")
                 split.append((sent["gather_s"], sent["transfer_s"], max(g["load_s"] for g in got)))
             splits[path] = [statistics.median(x) for x in zip(*split)]
+            cpu[path] = sum(cpu_s(p) - c for p, c in zip(procs, cpu0)) / syncs
             if not share:
                 copy_bytes = got[0]["bytes"]
         out.append({"engines": n, "copy_bytes": copy_bytes, "split": splits["broadcast"],
-                    "handover_split": splits["handover"], **{k: statistics.median(v) for k, v in times.items()}})
+                    "handover_split": splits["handover"],
+                    "cpu": cpu, **{k: statistics.median(v) for k, v in times.items()}})
     for a in engines + [worker]:
         ray.kill(a)
     return out
+
+
+def cpu_s(proc) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
 
 
 def params(path: Path) -> int:
@@ -151,23 +161,30 @@ def main() -> int:
     lines = ["# Weight sync: broadcast vs object store, measured vs the model", "",
              f"`python benchmarks/weight_sync_bench.py --syncs {args.syncs} --bucket-mb {args.bucket_mb:g}`: one training "
              "rank and one or two vLLM engines (CPU, fp32) on local Ray, route direct; median of "
-             f"{args.syncs} syncs per path; load average {load0:.1f} before, {load1:.1f} after (2 cores, shared).", "",
+             f"{args.syncs} syncs per path; load average {load0:.1f} before, {load1:.1f} after ({len(os.sched_getaffinity(0))} cores, shared). "
+             "CPU s per sync: user + system CPU seconds of the rank's and the engines' processes per sync (the "
+             "driver's and Ray's own processes not counted); where they outnumber the cores, a sync takes at "
+             "least this over the cores, which the model (each engine its own device) does not see.", "",
              "| model | engines | MB per copy | object store s | broadcast s | speed-up | broadcast gather / transfer / "
-             "load s | model sync_s | measured / model |", "|---|---|---|---|---|---|---|---|---|"]
+             "load s | CPU s per sync (rank + engines) | model sync_s | measured / model |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         g, t, ld = r["split"]
         lines.append(f"| {r['model']} ({r['params'] / 1e6:.1f}M params) | {r['engines']} | {r['copy_bytes'] / 1e6:.1f} | "
                      f"{r['object_store']:.4f} | {r['broadcast']:.4f} | {r['object_store'] / r['broadcast']:.2f}x | "
-                     f"{g:.4f} / {t:.4f} / {ld:.4f} | {r['pred']:.4f} | {r['broadcast'] / r['pred']:.2f}x |")
+                     f"{g:.4f} / {t:.4f} / {ld:.4f} | {r['cpu']['broadcast']:.4f} | {r['pred']:.4f} | "
+                     f"{r['broadcast'] / r['pred']:.2f}x |")
     lines += ["", "## Colocated hand-over (the engines map the trainer's buckets: shared memory on this host)", "",
               "The same actors, groups built with `share` (as a colocated plan's run builds them): no payload on "
               "the wire, a handle and a barrier per bucket.", "",
               "| model | engines | broadcast s | hand-over s | speed-up | hand-over pack / handles and barriers (they wait for the loads) / load s | "
-              "model sync_s (hand-over) | measured / model |", "|---|---|---|---|---|---|---|---|"]
+              "CPU s per sync (rank + engines) | model sync_s (hand-over) | measured / model |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         g, t, ld = r["handover_split"]
         lines.append(f"| {r['model']} | {r['engines']} | {r['broadcast']:.4f} | {r['handover']:.4f} | "
-                     f"{r['broadcast'] / r['handover']:.2f}x | {g:.4f} / {t:.4f} / {ld:.4f} | {r['pred_handover']:.4f} | "
+                     f"{r['broadcast'] / r['handover']:.2f}x | {g:.4f} / {t:.4f} / {ld:.4f} | {r['cpu']['handover']:.4f} | "
+                     f"{r['pred_handover']:.4f} | "
                      f"{r['handover'] / r['pred_handover']:.2f}x |")
     lines += ["", "Model sync_s (problems/placement/model/comm.py::engine_sync_s, as trainer/weight_sync.py runs it): "
               "the source packs the weights into 512 MiB buckets (two copies through memory at the profile's "

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from problems.atomic import atomic_write_text
 from problems.placement.calibration import fit
-from problems.placement.profile import PROFILE_VERSION, Profile
+from problems.placement.profile import PROFILE_VERSION, RUN_FITTED, Profile
 from problems.placement.catalog import gpu_aliases, gpu_catalog
 
 GRIDS = {
@@ -81,7 +81,7 @@ def refit(args: argparse.Namespace) -> int:
 
     old = load_profile(args.refit)
     _, _, fitted = _fit_for(str(resolve_model(old.model.get("path", "tiny"))), old.measurements)
-    kept = {k: getattr(old.fitted, k) for k in ("rollout_call_s", "train_call_s", "dp_microbatch_s")}
+    kept = {k: getattr(old.fitted, k) for k in RUN_FITTED}
     new = old.model_copy(update={"fitted": fitted.model_copy(update=kept)})
     atomic_write_text(args.out, yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
     _print_fitted(Console(), f"{args.refit} refitted -> {args.out}", old.fitted, new.fitted)
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg, params, fitted = _fit_for(model_path, rows)
     if old is not None:
-        kept = {k: getattr(old.fitted, k) for k in ("rollout_call_s", "train_call_s", "dp_microbatch_s")}
+        kept = {k: getattr(old.fitted, k) for k in RUN_FITTED}
         new = old.model_copy(update={"measurements": rows, "fitted": fitted.model_copy(update=kept)})
         atomic_write_text(args.out, yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
         _print_fitted(console, f"{', '.join(args.only)} re-measured -> {args.out}", old.fitted, new.fitted)

@@ -205,7 +205,8 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
         efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s,
-                                   "rollout_call_s": f.rollout_call_s, "train_call_s": f.train_call_s,
+                                   "rollout_call_s": f.rollout_call_s, "rollout_sample_s": f.rollout_sample_s,
+                                   "train_call_s": f.train_call_s,
                                    "dp_microbatch_s": f.dp_microbatch_s, "sync_load_gbs": f.sync_gbs,
                                    "sync_overhead_s": f.sync_overhead_s,
                                    # a profiled device is run by mosearch's trainer: TP on separate projections

@@ -42,12 +42,53 @@ def test_only_measurably_different_pairs_count_against_the_ranking(pa):
 
 
 def test_overheads_are_median_residuals_per_phase(pa):
-    base = {"pred0_rollout_s": 0.1, "pred0_train_s": 0.2, "chunks": 1, "rank_micro_batches": 4}
+    base = {"pred0_rollout_s": 0.1, "pred0_train_s": 0.2, "chunks": 1, "rank_micro_batches": 4, "engine_samples": 128}
     rows = [{**base, "mode": "disaggregated", "dp": 1, "meas_rollout_s": 0.18, "meas_train_s": 0.25},
             {**base, "mode": "colocated", "dp": 1, "meas_rollout_s": 0.2, "meas_train_s": 0.23},
             {**base, "mode": "async", "dp": 1, "meas_rollout_s": 0.0, "meas_train_s": 0.24},
             {**base, "mode": "colocated", "dp": 2, "meas_rollout_s": 0.16, "meas_train_s": 0.31}]
     over = pa.fit_overheads(rows)
-    assert over["rollout_call_s"] == pytest.approx(0.08)  # async rows do not wait for rollout
+    # async rows do not wait for rollout; one share size: the residual is all per call
+    assert over["rollout_call_s"] == pytest.approx(0.08) and over["rollout_sample_s"] == 0.0
     assert over["train_call_s"] == pytest.approx(0.04)
     assert over["dp_microbatch_s"] == pytest.approx((0.31 - 0.2 - 0.04) / 4)
+
+
+def test_rollout_overhead_splits_into_calls_and_engine_shares(pa):
+    # residual = chunks * 20 ms + samples per engine * 0.25 ms; one row from another layout (tp 2)
+    # must not enter the fit
+    def row(chunks, share, mode="colocated", plain=True):
+        return {"mode": mode, "plain": plain, "dp": 2, "chunks": chunks, "engine_samples": share,
+                "rank_micro_batches": 4, "pred0_rollout_s": 0.05, "pred0_train_s": 0.2, "meas_train_s": 0.2,
+                "meas_rollout_s": 0.05 + chunks * 0.02 + share * 0.25e-3}
+    rows = [row(1, 128), row(1, 64), row(4, 128, "disaggregated"), row(2, 64, "disaggregated"),
+            {**row(1, 128, plain=False), "meas_rollout_s": 9.0}, {**row(1, 64, "async"), "meas_rollout_s": 0.0}]
+    over = pa.fit_overheads(rows)
+    assert over["rollout_call_s"] == pytest.approx(0.02) and over["rollout_sample_s"] == pytest.approx(0.25e-3)
+
+
+def test_per_sample_rollout_overhead_is_charged_on_each_engines_share(pa):
+    from problems.placement import PlacementProblem
+
+    root = Path(__file__).resolve().parents[2]
+    base = PlacementProblem.from_files(root / "problems" / "clusters" / "local.yaml",
+                                       root / "problems" / "workloads" / "tiny-grpo.yaml")
+    samples = base.workload.prompts_per_step * base.workload.samples_per_prompt
+
+    def rollout_s(sample_s, engines):
+        p = PlacementProblem(base.cluster, base.workload, efficiencies={"cpu-local": {"rollout_sample_s": sample_s}})
+        x = pa.plan_vector(p, "colocated", engines, 0, 2, 0, 0)
+        return p.decode(x, plan_id="x", lifetime=False).predicted["rollout_s"]
+
+    for engines in (1, 2):
+        assert rollout_s(1e-3, engines) - rollout_s(0.0, engines) == pytest.approx(samples / engines * 1e-3)
+
+
+def test_run_fitted_figures_go_into_the_profile_with_its_comments_kept(pa):
+    text = "# head\nmeasurements:\n  # a comment\n  x: 1\nfitted:\n  tflops: 0.2\n  rollout_call_s: 0.1\nother: 3\n"
+    out = pa.set_fitted(text, {"rollout_call_s": 0.02, "rollout_sample_s": 0.0002})
+    assert "# head" in out and "  # a comment" in out
+    import yaml
+
+    data = yaml.safe_load(out)
+    assert data["fitted"] == {"tflops": 0.2, "rollout_call_s": 0.02, "rollout_sample_s": 0.0002} and data["other"] == 3

@@ -32,8 +32,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     chunks = np.where(colo | (ctx.updates > 1), 1, f["pipeline_chunks"]).astype(float)
     ro = rollout_times(ctx, f)
     tr = train_times(ctx, f, chunks)
-    # orchestration overheads (0 unless calibrated from runs): one rollout call per chunk
-    call = chunks * e["rollout_call_s"].max()
+    # orchestration overheads (0 unless calibrated from runs): one rollout call per chunk, and each
+    # engine's share of the samples
+    call = chunks * e["rollout_call_s"].max() + ctx.samples / np.maximum(ro["rollout_engines"], 1) * e["rollout_sample_s"].max()
     for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
         ro[key] = ro[key] + call
     per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"]) * ctx.updates

@@ -28,6 +28,10 @@ DEFAULTS = {
     # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
     "rollout_call_s": 0.0,
     "train_call_s": 0.0,
+    # orchestration time per generated sample on its engine (the engine's per-request work, the
+    # outputs' trip to the driver, reward scoring): engines work on their shares at once; fitted
+    # with rollout_call_s from measured runs by calibration, 0 by default
+    "rollout_sample_s": 0.0,
     # extra time per micro-batch of a data-parallel rank when dp > 1 (DDP hooks, ranks contending for
     # host resources); fitted from measured runs by calibration, 0 by default
     "dp_microbatch_s": 0.0,
