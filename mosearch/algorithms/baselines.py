@@ -86,11 +86,24 @@ def _make_maoea_switch(problem):
     return MaOEACS(pop_size=default_pop_size(problem.n_obj), archive=False, switch_share=PLANNER_SWITCH_SHARE)
 
 
+def _cv_then_random(pop, P, random_state=None, **kwargs):
+    """NSGA-III's binary tournament (pymoo's comp_by_cv_then_random): the smaller constraint
+    violation wins, ties at random, drawn from the run's seeded generator. pymoo 0.6.2's own breaks
+    ties between equally infeasible plans with an unseeded generator, so one seed gave different fronts."""
+    cv = np.asarray(pop.get("CV"), dtype=float).reshape(len(pop), -1)[:, 0]
+    a, b = P[:, 0], P[:, 1]
+    coin = random_state.random(len(P)) < 0.5
+    either_infeasible = (cv[a] > 0) | (cv[b] > 0)
+    by_cv = np.where(cv[a] < cv[b], a, np.where(cv[b] < cv[a], b, np.where(coin, a, b)))
+    return np.where(either_infeasible, by_cv, np.where(coin, a, b))[:, None].astype(int)
+
+
 def _make_nsga3(problem):
     from pymoo.algorithms.moo.nsga3 import NSGA3
+    from pymoo.operators.selection.tournament import TournamentSelection
 
     ref = reference_directions(problem.n_obj)
-    return NSGA3(ref_dirs=ref, pop_size=len(ref))
+    return NSGA3(ref_dirs=ref, pop_size=len(ref), selection=TournamentSelection(func_comp=_cv_then_random))
 
 
 def _make_moead(problem):
@@ -136,6 +149,7 @@ def run_deap_nsga3(problem, n_eval: int, seed: int) -> np.ndarray:
         creator.create(ind_name, list, fitness=getattr(creator, fit_name))
     Ind = getattr(creator, ind_name)
     _random.seed(seed)
+    np.random.seed(seed)  # DEAP's selNSGA3 shuffles its niches with numpy's global generator
     rng = np.random.default_rng(seed)
     xl, xu = problem.xl.astype(float).tolist(), problem.xu.astype(float).tolist()
     ref = reference_directions(m)
