@@ -400,7 +400,11 @@ class TrainWorker(WS.SyncEndpoint):
 
     def broadcast_weights(self, version: int, bucket_bytes: int = WS.BUCKET_BYTES) -> dict:
         """Send weights `version` to the engines over this rank's sync groups (see weight_sync.py).
-        Called on every rank: all gather, the group sources (rank 0) also send."""
+        Called on every rank: all gather, the group sources (rank 0) also send. A replica that sources
+        no group has nothing to gather with the others, so it copies nothing (on two CPU cores its copy
+        took a core from an engine's reload; on a GPU it would be a full device-to-host copy)."""
+        if self.replicated and (self._sync is None or not self._sync.send):
+            return WS.send(None, version, iter(()), self.device)
         return WS.send(self._sync, version, self.iter_full_state(bucket_bytes), self.device)
 
     def offload(self) -> float:

@@ -53,17 +53,20 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _beside(plan_file: str, rel: str) -> Path | None:
+    """A file the plan names (its cluster, its workload): relative to the working directory, else to
+    the plan file's directory; None when neither has it."""
+    return next((c for c in (Path.cwd() / rel, Path(plan_file).resolve().parent / rel) if c.is_file()), None)
+
+
 def _check_against_workload(plan, plan_path: str) -> None:
     """TP must shard the workload model's heads (one line, exit 2) before any process starts."""
-    from pathlib import Path
-
     from problems.placement.plancheck import check_plan
     from problems.placement.specs import load_workload
 
-    for cand in (Path(plan.workload.path), Path(plan_path).parent / plan.workload.path):
-        if cand.is_file():
-            check_plan(plan, load_workload(cand), None, str(plan_path))
-            return
+    path = _beside(plan_path, plan.workload.path)
+    if path is not None:
+        check_plan(plan, load_workload(path), None, str(plan_path))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,11 +122,8 @@ def workload_defaults(plan, plan_file: str) -> dict:
     """
     import yaml
 
-    for base in (Path.cwd(), Path(plan_file).resolve().parent):
-        path = base / plan.workload.path
-        if path.is_file():
-            break
-    else:
+    path = _beside(plan_file, plan.workload.path)
+    if path is None:
         return {}
     try:
         w = yaml.safe_load(path.read_text()) or {}
@@ -207,25 +207,38 @@ def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
     ws = summary.get("layout", {}).get("weight_sync") or {}
     if ws.get("path") != "broadcast" or not ws.get("copy_bytes"):
         return None
-    for base in (Path.cwd(), Path(plan_file).resolve().parent):
-        if (base / plan.cluster.path).is_file():
-            cluster = load_cluster(base / plan.cluster.path)
-            break
-    else:
+    path = _beside(plan_file, plan.cluster.path)
+    if path is None:
         return None
+    cluster = load_cluster(path)
     if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
         return None
     handover = ws.get("transport") in ("shared_memory", "cuda_ipc")
+    lay = summary["layout"]
+    arch = _architecture(plan, plan_file)
+    gather = None if arch is None else {"tensors": arch.state_tensors,
+                                        "tp_tensors": arch.layers * arch.tp_sharded_tensors_per_layer,
+                                        **{k: lay.get(k, 1) for k in ("tp", "pp", "dp")},
+                                        "sharded": lay.get("sharding") in ("zero3", "fsdp")}
     return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
-                         ws["sender_region"], ws["route"] == "staged", handover)
+                         ws["sender_region"], ws["route"] == "staged", handover, gather)
+
+
+def _architecture(plan, plan_file: str):
+    """The plan's model architecture, from its workload file (None when the file is not found)."""
+    from problems.placement.specs import load_workload
+
+    path = _beside(plan_file, plan.workload.path)
+    return None if path is None else load_workload(path).model
 
 
 def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
-                  sender_region: str, staged: bool, handover: bool = False) -> float:
+                  sender_region: str, staged: bool, handover: bool = False, gather: dict | None = None) -> float:
     """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
     source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
-    one, grouped into one pseudo-pool per (GPU type, region)."""
-    from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
+    one, grouped into one pseudo-pool per (GPU type, region); with `gather` (the trainer's tp, pp, dp,
+    sharded and the state's tensor counts) the source's gather of a cut or sharded trainer first."""
+    from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
     from problems.placement.model.params import DEFAULTS
 
     regions = cluster.regions
@@ -245,4 +258,11 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
                                                                   "p2p_latency_s")),
                       pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
                       handover=np.array([handover]))
+    if gather:
+        e = DEFAULTS | cluster.efficiencies.get(src.gpu.name, {})
+        g = gather
+        t = t + sync_gather_s(copy_bytes, g["tensors"], g["tp_tensors"], np.array([g["tp"]]), np.array([g["pp"]]),
+                              np.array([g["dp"]]), np.array([g["sharded"]]),
+                              *(e[k] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
+                              src.intra_gbs * 1e9)
     return float(t[0])

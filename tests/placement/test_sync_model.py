@@ -94,3 +94,38 @@ def test_a_colocated_handover_packs_once_and_sends_no_payload():
     assert handed[0] == pytest.approx(2 * b / mem + 9 * lat + (b / 0.5e9 + 0.05))
     # the broadcast instead packs and frames (4 bytes per byte) and sends two copies at 2 GB/s
     assert sent[0] == pytest.approx(4 * b / mem + 2 * (b / 2e9 + 5 * lat) + (b / 0.5e9 + 0.05))
+
+
+def test_a_cut_or_sharded_trainer_gathers_tensor_by_tensor_before_the_sync():
+    from problems.placement.model.comm import sync_gather_s
+
+    W, T, S = 8e9, 27, 20  # bytes; the state's tensors; those TP shards
+    tp, pp, dp = np.array([1, 2, 1, 1, 2]), np.array([1, 1, 2, 1, 1]), np.array([2, 1, 1, 2, 2])
+    sharded = np.array([False, False, False, True, True])
+    op_tp, op_fsdp, lat, p2p, bw = 1e-3, 2e-3, 1e-4, 3e-4, 100e9
+    t = sync_gather_s(W, T, S, tp, pp, dp, sharded, op_tp, op_fsdp, lat, p2p, bw)
+    gather_tp = S * (op_tp + lat) + W / 2 / bw  # an all-gather per sharded tensor over 2 ranks
+    gather_dp = T * (op_fsdp + lat) + W / 2 / bw  # every tensor an all-gather over dp 2
+    assert t == pytest.approx([0.0,  # replicated: the source holds the weights
+                               gather_tp,
+                               T * p2p + W / 2 / bw,  # pp 2: each tensor broadcast from its stage
+                               gather_dp,
+                               gather_tp + T * (op_fsdp + lat) + W / 2 / 2 / bw])  # zero3 over tp shards
+
+
+def test_the_state_tensor_count_is_the_hf_state_dicts():
+    # the trainer's sync sends the HF state dict tensor by tensor (tied LM head included)
+    transformers = pytest.importorskip("transformers")
+    from problems.placement.catalog import model_presets
+
+    arch = model_presets()["tiny"]
+    cfg = transformers.Qwen2Config(num_hidden_layers=arch.layers, hidden_size=arch.hidden,
+                                   num_attention_heads=arch.heads, num_key_value_heads=arch.kv_heads,
+                                   intermediate_size=arch.ffn, vocab_size=arch.vocab,
+                                   tie_word_embeddings=arch.tied_embeddings, head_dim=arch.hd)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    names = list(model.state_dict())
+    assert arch.state_tensors == len(names) + (1 if "lm_head.weight" not in names else 0)
+    sharded = [n for n in names if any(k in n for k in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"))]
+    assert arch.layers * arch.tp_sharded_tensors_per_layer == len(sharded)

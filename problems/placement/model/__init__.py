@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model import cost as _cost
-from problems.placement.model.comm import engine_sync_s, sync_copies, weight_sync_s
+from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
 from problems.placement.model.memory import (
+    SHARD_FSDP,
+    SHARD_Z3,
     activation_bytes,
     model_state_bytes,
     train_peak_bytes,
@@ -72,6 +74,11 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.hbm[src])
     # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload
     sync = engine_sync_s(sync_t, bytes_w, engines, copies, *path, handover=colo)
+    # a cut or sharded trainer first gathers the full weights on the source, tensor by tensor
+    sharded = (f["sharding"] == SHARD_Z3) | (f["sharding"] == SHARD_FSDP)
+    sync = sync + sync_gather_s(bytes_w, ctx.state_tensors, ctx.tp_sharded_tensors, tp, pp, dp, sharded,
+                                *(e[k][src] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
+                                ctx.intra[src])
     sync_usd = np.where(colo, 0.0, sync_usd)
     sync_cross = np.where(colo, 0.0, sync_cross)
     sw = pmax(np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,

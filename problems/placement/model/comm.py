@@ -135,6 +135,20 @@ def engine_sync_s(route_s, weight_bytes, engines, copies, load_gbs, overhead_s, 
     return np.where(handover, hand_pack + handles + load, pack + np.maximum(route_s, send) + load)
 
 
+def sync_gather_s(weight_bytes, tensors, tp_tensors, tp, pp, dp, sharded, tp_op_s, fsdp_op_s, coll_lat, p2p_lat, bw):
+    """Gathering the full weights on the sync's source when the trainer is cut or sharded, tensor
+    by tensor in state-dict order, every rank together (trainer/workers.py::iter_full_state; verl's
+    FSDP -> vLLM sync gathers the same way): a TP-sharded tensor is one all-gather over tp (DTensor's
+    per-op cost + its ring latency), a ZeRO-3 / FSDP tensor one all-gather over dp (FSDP's per-op cost),
+    and with pp every tensor is broadcast from its stage (a point-to-point latency); the bytes cross
+    at `bw`. All (N,) except the counts; 0 for a replicated trainer."""
+    t_tp = np.where(tp > 1, tp_tensors * (tp_op_s + (tp - 1) * coll_lat) + weight_bytes * (tp - 1) / tp / bw, 0.0)
+    t_dp = np.where(sharded & (dp > 1),
+                    tensors * (fsdp_op_s + (dp - 1) * coll_lat) + weight_bytes / tp * (dp - 1) / dp / bw, 0.0)
+    t_pp = np.where(pp > 1, tensors * p2p_lat + weight_bytes * (pp - 1) / pp / bw, 0.0)
+    return t_tp + t_dp + t_pp
+
+
 def weight_sync_s(weight_bytes, src_region, engines, pool_region, region_bw, region_lat, region_egress,
                   staged, n_regions):
     """Trainer -> rollout engines after each update, over the slowest link of the route.

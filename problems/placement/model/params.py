@@ -129,6 +129,10 @@ class ModelContext:
     # Megatron sequence parallelism (Korthikanti et al. 2022, section 4.2.2): with TP, layer norms and
     # dropout run on 1/t of the sequence, so their kernels and stored activations shrink by t
     sequence_parallel: bool = False
+    # tensors of the full state a weight sync gathers one by one, and those of them TP shards
+    # (catalog.Architecture.state_tensors, tp_sharded_tensors_per_layer x layers)
+    state_tensors: int = 0
+    tp_sharded_tensors: int = 0
     # data split over data-parallel replicas: in proportion to replica speed (what mosearch's trainer
     # does with the plan's `train_speed`) or even (Megatron, DeepSpeed, verl: global_batch / dp each;
     # `predict` sets it for a plain training job)
@@ -213,5 +217,7 @@ def build_context(cluster: Cluster, workload: Workload,
         flash=workload.attention == "flash",
         matmul_params=float(m.layers * m.params_per_layer + m.vocab * m.hidden),
         kv_dim=m.kv_heads * m.hd,
+        state_tensors=m.state_tensors,
+        tp_sharded_tensors=m.layers * m.tp_sharded_tensors_per_layer,
         flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
     )
