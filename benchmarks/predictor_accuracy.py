@@ -229,7 +229,7 @@ def main() -> int:
                      "plain": plain,
                      "meas_step_s": measured["step_s"], "meas_sps": measured["throughput_samples_s"],
                      "meas_stale": measured["staleness"], "meas_rollout_s": measured["rollout_s"],
-                     "meas_train_s": measured["train_s"],
+                     "meas_train_s": measured["train_s"], "meas_sync_s": measured["sync_s"],
                      "load": json.loads((out / "load.json").read_text()) if (out / "load.json").is_file() else None,
                      "pred0_step_s": p0["step_s"], "pred0_sps": p0["throughput_samples_s"],
                      "pred0_rollout_s": p0["rollout_s"], "pred0_train_s": p0["train_s"],
@@ -245,7 +245,7 @@ def main() -> int:
         over = fit_overheads(rows[:i] + rows[i + 1:])
         p = predict(problem_for, r["plan"], over)
         r.update(pred_step_s=p["step_s"], pred_sps=p["throughput_samples_s"], pred_stale=p["staleness"],
-                 pred_rollout_s=p["rollout_s"], pred_train_s=p["train_s"])
+                 pred_rollout_s=p["rollout_s"], pred_train_s=p["train_s"], pred_sync_s=p["sync_s"])
     overall = fit_overheads(rows)
 
     def ape(pred, meas):
@@ -307,7 +307,10 @@ def main() -> int:
            if against else ""),
         "- Phases, held out (synchronous plans, whose measured rollout phase is the rollout): MAPE rollout "
         f"{np.mean([ape(r['pred_rollout_s'], r['meas_rollout_s']) for r in rows if r['mode'] != 'async']):.1f}%, "
-        f"training {np.mean([ape(r['pred_train_s'], r['meas_train_s']) for r in rows if r['mode'] != 'async']):.1f}%.",
+        f"training {np.mean([ape(r['pred_train_s'], r['meas_train_s']) for r in rows if r['mode'] != 'async']):.1f}%, "
+        f"weight sync {np.mean([ape(r['pred_sync_s'], r['meas_sync_s']) for r in rows if r['mode'] != 'async']):.1f}% "
+        "(per plan: " + ", ".join(f"{r['plan']} {r['pred_sync_s'] * 1e3:.1f} / {r['meas_sync_s'] * 1e3:.1f} ms"
+                                  for r in rows if r['mode'] != 'async') + ", predicted / measured).",
         f"- Staleness, mean absolute error: {np.mean([abs(r['pred_stale'] - r['meas_stale']) for r in rows]):.2f} versions.",
         f"- Overheads fitted on all runs ({'not written into the profile: --keep-profile' if args.keep_profile else 'written into the profile'}): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms "
         f"plus {overall['rollout_sample_s'] * 1e3:.2f} ms per sample of an engine's share, "
