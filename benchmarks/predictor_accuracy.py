@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -117,16 +118,16 @@ def discordant_pairs(rows: list[dict], alpha: float = 0.05) -> list[tuple[str, s
     return out
 
 
-def predict(problem_for, name: str, overheads: dict | None) -> dict:
-    problem = problem_for(overheads)
+def predict(problem_for, name: str, overheads: dict | None, lengths: tuple[int, int] | None = None) -> dict:
+    problem = problem_for(overheads, lengths)
     return problem.decode(plan_vector(problem, *PLANS[name]), plan_id=name, lifetime=False).predicted
 
 
 def fit_overheads(rows: list[dict]) -> dict:
     """Orchestration overheads from measured runs: the rollout phase's residual (synchronous plans,
     where the driver waits for rollout) as a cost per call plus a cost per sample of an engine's
-    share (non-negative least squares); per training step the median residual of single-rank plans,
-    and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the single-device
+    share (non-negative least squares); per training step the median residual of single-rank plans
+    whose training runs alone, and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the single-device
     micro-benchmarks). Fitted on plain data-parallel plans only (tp = pp = 1, no sharding): the
     tensor-, pipeline- and sharded plans have the model's own collective terms, measured by the
     profile, and are predicted with these overheads, never fitted on."""
@@ -142,7 +143,10 @@ def fit_overheads(rows: list[dict]) -> dict:
             call_s, sample_s = (float(v) for v in nnls(a, res)[0])
         else:
             call_s = max(0.0, float(np.median(res / a[:, 0])))
-    single = [r["meas_train_s"] - r["pred0_train_s"] for r in rows if r["dp"] == 1]
+    # per training step: single-rank plans whose training runs alone (not beside rollout, as async and
+    # pipelined plans' does on shared cores: that contention is no per-step constant)
+    single = [r["meas_train_s"] - r["pred0_train_s"] for r in rows
+              if r["dp"] == 1 and r["mode"] != "async" and r["chunks"] == 1]
     train_call = max(0.0, float(np.median(single))) if single else 0.0
     multi = [(r["meas_train_s"] - r["pred0_train_s"] - train_call) / r["rank_micro_batches"] for r in rows if r["dp"] > 1]
     return {"rollout_call_s": call_s, "rollout_sample_s": sample_s,
@@ -205,10 +209,15 @@ def main() -> int:
     cluster = calibrated_cluster(profile, work)
     base = PlacementProblem.from_files(cluster, WORKLOAD)
 
-    def problem_for(overheads):
-        # the profile's own run overheads are replaced: stage 1 = none, stage 2 = these
+    def problem_for(overheads, lengths=None):
+        # the profile's own run overheads are replaced: stage 1 = none, stage 2 = these; `lengths`: the
+        # run's measured mean prompt and response tokens (what ran, as `mosearch train` predicts it)
         over = {**dict.fromkeys(RUN_FITTED, 0.0), **(overheads or {})}
-        return PlacementProblem(base.cluster, base.workload, efficiencies={"cpu-local": over})
+        wl = base.workload
+        if lengths is not None:
+            wl = dataclasses.replace(wl, prompt_len=lengths[0], response_mean=lengths[1],
+                                     response_max=max(wl.response_max, lengths[1]))
+        return PlacementProblem(base.cluster, wl, efficiencies={"cpu-local": over})
 
     rows = []
     for name in args.plans:
@@ -222,7 +231,8 @@ def main() -> int:
                      "--checkpoint-every", "0", "--no-progress", log=log)
             (out / "load.json").write_text(json.dumps(os.getloadavg()))
         measured = json.loads((out / "summary.json").read_text())["measured"]
-        p0 = predict(problem_for, name, None)
+        lengths = tuple(max(1, round(measured[k])) for k in ("prompt_tokens_mean", "response_tokens_mean"))
+        p0 = predict(problem_for, name, None, lengths)
         mode, _, _, _, k, log2_chunks = PLANS[name][:6]
         plain = tuple((PLANS[name][6:] or [(1, 1, "none")])[0]) in ((1, 1, "none"), (1, 1, "none", 1))
         rows.append({"plan": name, "mode": mode, "k": k, "chunks": 2 ** log2_chunks if mode != "colocated" else 1,
@@ -237,13 +247,13 @@ def main() -> int:
                      "rank_micro_batches": rank_micro_batches(base, name, int(p0["dp"])),
                      "engine_samples": base.workload.prompts_per_step * base.workload.samples_per_prompt
                      / engine_count(name),
-                     "step_sps": step_throughputs(out)})
+                     "lengths": lengths, "step_sps": step_throughputs(out)})
         print(json.dumps(rows[-1]), flush=True)
 
     # stage 2, held out: each plan predicted with overheads fitted on the OTHER plans' runs
     for i, r in enumerate(rows):
         over = fit_overheads(rows[:i] + rows[i + 1:])
-        p = predict(problem_for, r["plan"], over)
+        p = predict(problem_for, r["plan"], over, tuple(r["lengths"]))
         r.update(pred_step_s=p["step_s"], pred_sps=p["throughput_samples_s"], pred_stale=p["staleness"],
                  pred_rollout_s=p["rollout_s"], pred_train_s=p["train_s"], pred_sync_s=p["sync_s"])
     overall = fit_overheads(rows)
