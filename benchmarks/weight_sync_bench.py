@@ -182,7 +182,8 @@ def main() -> int:
              f"`python benchmarks/weight_sync_bench.py --syncs {args.syncs} --bucket-mb {args.bucket_mb:g} --repeats "
              f"{args.repeats}`: one training rank and one or two vLLM engines (CPU, fp32) on local Ray, route direct; "
              f"median of {args.syncs} syncs per path, then the median over {args.repeats} repeats, each with fresh "
-             "actors (measured / model: that median, then in brackets the lowest and highest repeat); load average {load0:.1f} before, {load1:.1f} after ({len(os.sched_getaffinity(0))} cores, shared). "
+             "actors (measured / model: that median, then in brackets the lowest and highest repeat); "
+             f"load average {load0:.1f} before, {load1:.1f} after ({len(os.sched_getaffinity(0))} cores, shared). "
              "CPU s per sync: user + system CPU seconds of the rank's and the engines' processes per sync (the "
              "driver's and Ray's own processes not counted); where they outnumber the cores, a sync takes at "
              "least this over the cores, which the model (each engine its own device) does not see.", "",
