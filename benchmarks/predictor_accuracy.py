@@ -170,10 +170,15 @@ def set_fitted(text: str, values: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def layout_of(name: str) -> tuple:
+    """A plan's (train tp, train pp, sharding, rollout tp), its defaults filled in."""
+    layout = (PLANS[name][6:] or [(1, 1, "none")])[0]
+    return (*layout[:3], layout[3] if len(layout) > 3 else 1)
+
+
 def engine_count(name: str) -> int:
     """Rollout engines of a plan: its rollout devices over the rollout TP."""
-    layout = (PLANS[name][6:] or [(1, 1, "none")])[0]
-    return PLANS[name][1] // (layout[3] if len(layout) > 3 else 1)
+    return PLANS[name][1] // layout_of(name)[3]
 
 
 def rank_micro_batches(problem: PlacementProblem, name: str, dp: int) -> int:
@@ -234,7 +239,7 @@ def main() -> int:
         lengths = tuple(max(1, round(measured[k])) for k in ("prompt_tokens_mean", "response_tokens_mean"))
         p0 = predict(problem_for, name, None, lengths)
         mode, _, _, _, k, log2_chunks = PLANS[name][:6]
-        plain = tuple((PLANS[name][6:] or [(1, 1, "none")])[0]) in ((1, 1, "none"), (1, 1, "none", 1))
+        plain = layout_of(name) == (1, 1, "none", 1)
         rows.append({"plan": name, "mode": mode, "k": k, "chunks": 2 ** log2_chunks if mode != "colocated" else 1,
                      "plain": plain,
                      "meas_step_s": measured["step_s"], "meas_sps": measured["throughput_samples_s"],

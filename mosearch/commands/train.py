@@ -214,14 +214,9 @@ def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
     if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
         return None
     handover = ws.get("transport") in ("shared_memory", "cuda_ipc")
-    lay = summary["layout"]
-    arch = _architecture(plan, plan_file)
-    gather = None if arch is None else {"tensors": arch.state_tensors,
-                                        "tp_tensors": arch.layers * arch.tp_sharded_tensors_per_layer,
-                                        **{k: lay.get(k, 1) for k in ("tp", "pp", "dp")},
-                                        "sharded": lay.get("sharding") in ("zero3", "fsdp")}
     return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
-                         ws["sender_region"], ws["route"] == "staged", handover, gather)
+                         ws["sender_region"], ws["route"] == "staged", handover, _architecture(plan, plan_file),
+                         summary["layout"])
 
 
 def _architecture(plan, plan_file: str):
@@ -233,11 +228,13 @@ def _architecture(plan, plan_file: str):
 
 
 def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
-                  sender_region: str, staged: bool, handover: bool = False, gather: dict | None = None) -> float:
+                  sender_region: str, staged: bool, handover: bool = False, arch=None, train: dict | None = None
+                  ) -> float:
     """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
     source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
-    one, grouped into one pseudo-pool per (GPU type, region); with `gather` (the trainer's tp, pp, dp,
-    sharded and the state's tensor counts) the source's gather of a cut or sharded trainer first."""
+    one, grouped into one pseudo-pool per (GPU type, region); with the model's architecture `arch` and
+    the trainer's layout `train` (a run summary's: tp, pp, dp, sharding), the source's gather of a cut
+    or sharded trainer first."""
     from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
     from problems.placement.model.params import DEFAULTS
 
@@ -258,11 +255,14 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
                                                                   "p2p_latency_s")),
                       pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
                       handover=np.array([handover]))
-    if gather:
+    if arch is not None and train:
+        from problems.placement.encoding import SHARDINGS
+        from problems.placement.model.memory import params_sharded
+
         e = DEFAULTS | cluster.efficiencies.get(src.gpu.name, {})
-        g = gather
-        t = t + sync_gather_s(copy_bytes, g["tensors"], g["tp_tensors"], np.array([g["tp"]]), np.array([g["pp"]]),
-                              np.array([g["dp"]]), np.array([g["sharded"]]),
+        t = t + sync_gather_s(copy_bytes, arch.state_tensors, arch.tp_sharded_tensors,
+                              *(np.array([train.get(k, 1)]) for k in ("tp", "pp", "dp")),
+                              params_sharded(np.array([SHARDINGS.index(train.get("sharding", "none"))])),
                               *(e[k] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
                               src.intra_gbs * 1e9)
     return float(t[0])

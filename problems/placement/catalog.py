@@ -93,16 +93,16 @@ class Architecture(BaseModel):
         return attn + mlp + norms
 
     @property
-    def tp_sharded_tensors_per_layer(self) -> int:
-        """Weights Megatron-style TP shards in a layer: q, k, v (and their biases), o, the MLP's."""
-        return 4 + (3 if self.qkv_bias else 0) + self.mlp_matrices
+    def tp_sharded_tensors(self) -> int:
+        """Weights Megatron-style TP shards, per layer q, k, v (and their biases), o and the MLP's."""
+        return self.layers * (4 + (3 if self.qkv_bias else 0) + self.mlp_matrices)
 
     @property
     def state_tensors(self) -> int:
-        """Tensors of the full state dict in HF naming, as a weight sync sends it: each layer's
-        sharded weights and two norms, plus the embedding, the final norm and the LM head (sent
+        """Tensors of the full state dict in HF naming, as a weight sync sends it: the layers'
+        sharded weights and two norms each, plus the embedding, the final norm and the LM head (sent
         even when tied: the engines load it by name)."""
-        return self.layers * (self.tp_sharded_tensors_per_layer + 2) + 3
+        return self.tp_sharded_tensors + 2 * self.layers + 3
 
     @property
     def mlp_matrices(self) -> int:

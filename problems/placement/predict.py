@@ -187,13 +187,13 @@ def _even_layers(layers: int, pp: int) -> list[int]:
 def _memory(ctx, f, tr) -> dict[str, float]:
     """Per GPU of the most loaded stage on the fullest GPU type, GB: model states by kind, activations,
     runtime, allocator."""
-    from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, SHARD_Z3, SHARD_FSDP, activation_bytes,
+    from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, activation_bytes, params_sharded,
                                                  state_bytes_per_param, stage_params, train_peak_bytes)
 
     w, g, o = state_bytes_per_param(ctx.bpe)
     tp, pp, dp, sh = f["tp"], f["pp"], np.maximum(tr["dp"], 1), f["sharding"]
     psh = stage_params(ctx, pp) / tp
-    z3 = (sh == SHARD_Z3) | (sh == SHARD_FSDP)
+    z3 = params_sharded(sh)
     weights = psh * w / np.where(z3, dp, 1)
     grads = psh * g / np.where(z3 | (sh == SHARD_Z2), dp, 1)
     opt = np.where(f["optimizer_offload"].astype(bool), 0.0, psh * o / np.where(sh == SHARD_NONE, 1, dp))

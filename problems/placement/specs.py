@@ -180,7 +180,7 @@ def _widest_paths(n: int, links: list[tuple[int, int, float, float, float]]):
 
 def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
     """Replace catalog figures with those fitted by `mosearch profile` for each profiled GPU type."""
-    from problems.placement.profile import load_profile
+    from problems.placement.profile import RUN_FITTED, load_profile
 
     aliases = gpu_aliases(types)
     used, efficiencies = {}, {}
@@ -205,9 +205,7 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
         efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s,
-                                   "rollout_call_s": f.rollout_call_s, "rollout_sample_s": f.rollout_sample_s,
-                                   "train_call_s": f.train_call_s,
-                                   "dp_microbatch_s": f.dp_microbatch_s, "sync_load_gbs": f.sync_gbs,
+                                   **{k: getattr(f, k) for k in RUN_FITTED}, "sync_load_gbs": f.sync_gbs,
                                    "sync_overhead_s": f.sync_overhead_s,
                                    # a profiled device is run by mosearch's trainer: TP on separate projections
                                    "tp_split_projections": 1.0, "sync_send_gbs": f.bcast_gbs or 0.0,

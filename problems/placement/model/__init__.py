@@ -12,10 +12,9 @@ from problems.placement.model import cost as _cost
 from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
 from problems.placement.model.memory import (
-    SHARD_FSDP,
-    SHARD_Z3,
     activation_bytes,
     model_state_bytes,
+    params_sharded,
     train_peak_bytes,
 )
 from problems.placement.model.params import ModelContext, build_context
@@ -75,8 +74,8 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload
     sync = engine_sync_s(sync_t, bytes_w, engines, copies, *path, handover=colo)
     # a cut or sharded trainer first gathers the full weights on the source, tensor by tensor
-    sharded = (f["sharding"] == SHARD_Z3) | (f["sharding"] == SHARD_FSDP)
-    sync = sync + sync_gather_s(bytes_w, ctx.state_tensors, ctx.tp_sharded_tensors, tp, pp, dp, sharded,
+    sync = sync + sync_gather_s(bytes_w, ctx.state_tensors, ctx.tp_sharded_tensors, tp, pp, dp,
+                                params_sharded(f["sharding"]),
                                 *(e[k][src] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
                                 ctx.intra[src])
     sync_usd = np.where(colo, 0.0, sync_usd)

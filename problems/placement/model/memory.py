@@ -61,12 +61,17 @@ def stage_params(ctx: ModelContext, pp: np.ndarray) -> np.ndarray:
     return layers * ctx.params_per_layer + embed + ctx.hidden
 
 
+def params_sharded(sharding):
+    """ZeRO-3 and FSDP shard the parameters themselves (ZeRO-1/2 only the optimizer state and gradients)."""
+    return (sharding == SHARD_Z3) | (sharding == SHARD_FSDP)
+
+
 def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload) -> np.ndarray:
     """Weights, gradients and optimizer of the actor (+ critic for PPO, + frozen reference) per GPU."""
     w, g, o = state_bytes_per_param(ctx.bpe)
     psh = stage_params(ctx, pp) / tp
     dpf = np.maximum(dp, 1).astype(float)
-    z3 = (sharding == SHARD_Z3) | (sharding == SHARD_FSDP)
+    z3 = params_sharded(sharding)
     w_div = np.where(z3, dpf, 1.0)
     g_div = np.where(z3 | (sharding == SHARD_Z2), dpf, 1.0)
     o_div = np.where(sharding == SHARD_NONE, 1.0, dpf)

@@ -130,7 +130,7 @@ class ModelContext:
     # dropout run on 1/t of the sequence, so their kernels and stored activations shrink by t
     sequence_parallel: bool = False
     # tensors of the full state a weight sync gathers one by one, and those of them TP shards
-    # (catalog.Architecture.state_tensors, tp_sharded_tensors_per_layer x layers)
+    # (catalog.Architecture.state_tensors, tp_sharded_tensors)
     state_tensors: int = 0
     tp_sharded_tensors: int = 0
     # data split over data-parallel replicas: in proportion to replica speed (what mosearch's trainer
@@ -218,6 +218,6 @@ def build_context(cluster: Cluster, workload: Workload,
         matmul_params=float(m.layers * m.params_per_layer + m.vocab * m.hidden),
         kv_dim=m.kv_heads * m.hd,
         state_tensors=m.state_tensors,
-        tp_sharded_tensors=m.layers * m.tp_sharded_tensors_per_layer,
+        tp_sharded_tensors=m.tp_sharded_tensors,
         flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
     )

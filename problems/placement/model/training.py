@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model.comm import dp_gradient_sync_s, fsdp_collectives, ring_allreduce_s, tp_collectives
-from problems.placement.model.memory import (SHARD_FSDP, SHARD_NONE, SHARD_Z3, selective_op_split, state_bytes_per_param,
+from problems.placement.model.memory import (SHARD_NONE, params_sharded, selective_op_split, state_bytes_per_param,
                                              stage_params)
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
@@ -194,7 +194,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     inter_min = pmin(np.where(used, ctx.inter, np.inf))
     regions = _regions_used(ctx, used)
     cross_bw = _slowest_cross(ctx, used)
-    zero3 = (f["sharding"] == SHARD_Z3) | (f["sharding"] == SHARD_FSDP)
+    zero3 = params_sharded(f["sharding"])
     lat = e["collective_latency_s"].max()
     gpn_min = pmin(np.where(used, ctx.gpn, np.inf))
     dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat,
