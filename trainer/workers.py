@@ -40,6 +40,10 @@ class AlgoConfig:
     lam: float = 0.95
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
+    # "sgd" (plain, no momentum) makes the step linear in the gradient: the layout-equivalence tests
+    # use it, since Adam's first step is ~lr * sign(g) and a CPU's rounding of a near-zero element
+    # flips it
+    optimizer: str = "adamw"  # adamw | sgd
 
 
 class TrainWorker(WS.SyncEndpoint):
@@ -102,7 +106,12 @@ class TrainWorker(WS.SyncEndpoint):
         self.zero = sharding in ("zero1", "zero2") and self.dp > 1
         self.owner = PL.owners(params, self.dp) if self.zero else [self.c.dp_idx] * len(params)
         mine = [p for p, o in zip(params, self.owner) if o == self.c.dp_idx]
-        self.opt = torch.optim.AdamW(mine, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        if self.cfg.optimizer == "sgd":
+            self.opt = torch.optim.SGD(mine, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        elif self.cfg.optimizer == "adamw":
+            self.opt = torch.optim.AdamW(mine, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        else:
+            raise ValueError(f"optimizer: {self.cfg.optimizer!r} is not one of adamw, sgd")
         self.params_held = PL.count_params(self.model)
         self._offloaded: dict | None = None
         self._acc_stats: list[dict] = []
@@ -318,8 +327,11 @@ class TrainWorker(WS.SyncEndpoint):
         grad_norm = float(sq.sqrt())
         coef = self.cfg.max_grad_norm / (grad_norm + 1e-6)
         if coef < 1.0:  # as clip_grad_norm_, over the full (unsharded) gradient
-            for g in grads:
-                g.mul_(coef)
+            # every gradient this rank steps with, the tied head's twin included (the norm counts it
+            # once; left unclipped, the last stage's copy of a tied embedding drifts from the first's)
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.mul_(coef)
         self.opt.step()
         if self.zero:  # each owner's update goes to the rest of its dp group
             with torch.no_grad():
