@@ -11,39 +11,16 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainer import algorithms as A
+from trainer.algorithms import AlgoConfig  # noqa: F401 (its home was here)
 from trainer import parallel as PL
 from trainer import weight_sync as WS
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
-
-
-@dataclass
-class AlgoConfig:
-    name: str = "grpo"  # grpo | ppo
-    lr: float = 1e-4
-    clip_eps: float = 0.2
-    kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds k3 KL
-    decoupled: bool = False  # AReaL's objective: weight by pi_prox / pi_behav (async mode)
-    # several updates per step: the PPO ratio is to the rollout policy (vLLM's log-probs), so later
-    # updates of the same batch are clipped; with one update the ratio is 1 and the clip inert
-    ratio_to_behaviour: bool = False
-    behav_cap: float = 5.0
-    vf_coef: float = 0.5
-    gamma: float = 1.0
-    lam: float = 0.95
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    # "sgd" (plain, no momentum) makes the step linear in the gradient: the layout-equivalence tests
-    # use it, since Adam's first step is ~lr * sign(g) and a CPU's rounding of a near-zero element
-    # flips it
-    optimizer: str = "adamw"  # adamw | sgd
 
 
 class TrainWorker(WS.SyncEndpoint):
@@ -57,7 +34,8 @@ class TrainWorker(WS.SyncEndpoint):
         self.rank, self.world = rank, world_size
         self.tp, self.pp = tp, pp
         self.dp = world_size // (tp * pp)
-        self.cfg = AlgoConfig(**algo)
+        self.cfg = A.AlgoConfig(**algo)
+        self.objective = A.objective(self.cfg)
         self.micro_batch, self.pad_id = micro_batch, pad_id
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         torch.manual_seed(seed)
@@ -92,7 +70,7 @@ class TrainWorker(WS.SyncEndpoint):
                      cuda_offload=optimizer_offload and self.device.type == "cuda")
         self.value_head = None
         params = _unique(self.model.parameters())
-        if self.cfg.name == "ppo":  # critic: a value head on the policy's last hidden state
+        if self.objective.critic:  # a value head on the policy's last hidden state
             self.value_head = torch.nn.Linear(module.config.hidden_size, 1).to(self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
@@ -137,17 +115,23 @@ class TrainWorker(WS.SyncEndpoint):
                 "layers": list(self.bounds), "params": self.params_held}
 
     # -- forward ------------------------------------------------------------------------------
-    def _forward(self, t: dict, model=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-position log-prob of the next token [B, L-1], and values [B, L-1] for PPO."""
+    def _forward(self, t: dict, model=None) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """Per-position log-prob of the next token [B, L-1], the summed entropy of the next-token
+        distributions over the response, and values [B, L-1] with a critic (else None)."""
         model = model or self.model
         out = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"],
                     output_hidden_states=self.value_head is not None and model is not self.ref)
-        logits = out.logits[:, :-1].float()
-        logp = torch.gather(F.log_softmax(logits, -1), 2, t["input_ids"][:, 1:, None]).squeeze(-1)
-        values = None
-        if self.value_head is not None and model is not self.ref:
-            values = self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1)
-        return logp, values
+        return self._token_logp(out.logits, t) + (
+            self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1)
+            if self.value_head is not None and model is not self.ref else None,)
+
+    @staticmethod
+    def _token_logp(logits: torch.Tensor, t: dict, targets: torch.Tensor | None = None) -> tuple:
+        """(log-prob of each next token [B, L-1], summed entropy over the response positions)."""
+        lsm = F.log_softmax(logits[:, :-1].float(), -1)
+        ids = t["input_ids"][:, 1:] if targets is None else targets
+        logp = torch.gather(lsm, 2, ids[..., None]).squeeze(-1)
+        return logp, A.entropy_sum(lsm, t["mask"])
 
     @torch.no_grad()
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
@@ -155,7 +139,7 @@ class TrainWorker(WS.SyncEndpoint):
         t = {k: v.to(self.device) for k, v in collate(samples, self.pad_id).items()}
         if self.module is None:
             raise NotImplementedError("log-probs for checks run on a pp=1 layout")
-        logp, _ = self._forward(t, self.module)
+        logp, _, _ = self._forward(t, self.module)
         out = []
         for r, s in enumerate(samples):
             P = len(s.prompt)
@@ -163,39 +147,24 @@ class TrainWorker(WS.SyncEndpoint):
         return out
 
     def _loss(self, t: dict, n_global: int) -> tuple[torch.Tensor, dict]:
-        logp, values = self._forward(t)
-        loss, stats = self._objective(logp, values, t)
+        logp, ent, values = self._forward(t)
+        loss, stats = self._objective(logp, values, t, ent)
         stats["loss"] = loss.item() / n_global
         # gradients are summed over dp ranks (FSDP2's reduce-scatter averages: undo that), so dividing
         # by the global batch gives the mean over it
         return loss * (self.dp if self.fsdp else 1) / n_global, stats
 
-    def _objective(self, logp: torch.Tensor, values, t: dict) -> tuple[torch.Tensor, dict]:
-        """The summed (not averaged) loss of a micro-batch, from the policy's per-position log-probs."""
-        w = t["weight"]
-        if self.cfg.name == "ppo":
-            mask = (t["mask"] > 0).float()
-            old_v = values.detach() * mask
-            adv, ret = A.gae(A.terminal_rewards(t["reward"], mask), old_v, mask, self.cfg.gamma, self.cfg.lam)
-            adv = A.whiten(adv, mask)
-        else:
-            adv = t["advantage"]
-        behav = t["behav_logp"] if self.cfg.decoupled else None
-        old = t["behav_logp"] if self.cfg.ratio_to_behaviour and not self.cfg.decoupled else logp.detach()
-        loss, stats = A.policy_loss(logp, old, adv, w, self.cfg.clip_eps, behav, self.cfg.behav_cap)
-        if self.cfg.name == "ppo":
-            vl = A.value_loss(values, old_v, ret, w)
-            loss = loss + self.cfg.vf_coef * vl
-            stats["value_loss"] = vl.item() / max(1, t["input_ids"].shape[0])
+    def _objective(self, logp: torch.Tensor, values, t: dict, entropy: float) -> tuple[torch.Tensor, dict]:
+        """The summed (not averaged) loss of a micro-batch (the algorithm's, trainer/algorithms.py) and
+        its statistics' sums, from the policy's per-position log-probs."""
+        ref_logp = None
         if self.ref is not None:
             with torch.no_grad():
-                ref_logp, _ = self._forward(t, self.ref)
-            kl = A.kl_k3(logp, ref_logp, w)
-            loss = loss + self.cfg.kl_coef * kl
-            stats["kl"] = kl.item() / max(1, t["input_ids"].shape[0])
+                ref_logp, _, _ = self._forward(t, self.ref)
+        loss, stats = self.objective.loss(logp, values, t, ref_logp)
         with torch.no_grad():
             stats["behav_abs_diff"] = ((logp - t["behav_logp"]).abs() * (t["mask"] > 0)).sum().item()
-            stats["tokens"] = (t["mask"] > 0).sum().item()
+            stats["entropy_sum"] = entropy
         return loss, stats
 
     # -- a step, possibly in chunks --------------------------------------------------------------
@@ -235,8 +204,8 @@ class TrainWorker(WS.SyncEndpoint):
         """Run the micro-batches through the pipeline stages (1F1B; GPipe if fewer than pp of them)."""
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-        if self.cfg.name == "ppo" or self.ref is not None:
-            raise NotImplementedError("pipeline parallelism runs GRPO without a KL reference")
+        if not self.objective.pipelined or self.ref is not None:
+            raise NotImplementedError(f"pipeline parallelism runs {self.cfg.name} without a critic or a KL reference")
         rows = max(1, max(map(len, parts)))
         # equal micro-batches (the schedule splits the batch evenly): each part padded to `rows`
         t = collate([x for p in parts for x in p + [_DUMMY] * (rows - len(p))], self.pad_id)
@@ -251,10 +220,10 @@ class TrainWorker(WS.SyncEndpoint):
         seen: list[tuple[dict, bool]] = []
 
         def loss_fn(logits, tgt):
-            logp = torch.gather(F.log_softmax(logits[:, :-1].float(), -1), 2, tgt[..., 0].long()[..., None]).squeeze(-1)
             tt = {"weight": tgt[..., 1], "advantage": tgt[:, 0, 2], "behav_logp": tgt[..., 3], "mask": tgt[..., 4],
                   "input_ids": logits}
-            loss, stats = self._objective(logp, None, tt)
+            logp, ent = self._token_logp(logits, tt, tgt[..., 0].long())
+            loss, stats = self._objective(logp, None, tt, ent)
             stats["loss"] = loss.item() / n_global
             seen.append((stats, bool(tt["mask"].sum() > 0)))
             return loss * scale
@@ -345,17 +314,22 @@ class TrainWorker(WS.SyncEndpoint):
             box = [st]
             dist.broadcast_object_list(box, src=self.c.rank(pp_idx=self.pp - 1), group=self.g.pp_group)
             st = box[0]
-        tokens = sum(s["tokens"] for s in st)
-        out = {"grad_norm": grad_norm, "tokens": tokens, "loss": sum(s["loss"] for s in st), "lr": self.opt.param_groups[0]["lr"],
-               "behav_abs_diff_mean": sum(s["behav_abs_diff"] for s in st) / max(1, tokens),
-               "clip_frac": sum(s["clip_frac"] for s in st) / max(1, len(st)),
-               "behav_weight": sum(s["behav_weight"] for s in st) / max(1, len(st))}
-        for k in ("kl", "value_loss"):
-            if st and k in st[0]:
-                out[k] = sum(s[k] for s in st) / len(st)
+        out = {"grad_norm": grad_norm, "lr": self.opt.param_groups[0]["lr"], **A.reduce_stats(self._global_sums(st))}
         self.busy_s += time.perf_counter() - t0
         out["busy_s"], self.busy_s = self.busy_s, 0.0
         return out | self.memory()
+
+    def _global_sums(self, st: list[dict]) -> list[dict]:
+        """The micro-batches' statistic sums of the whole global batch: this replica's added up, then
+        summed over the dp group (tp ranks of a replica saw the same samples; pp: the last stage's)."""
+        if self.dp == 1:
+            return st
+        keys = [k for k in _SUM_KEYS if k not in ("kl_sum", "value_loss_sum")
+                or (k == "kl_sum" and self.ref is not None) or (k == "value_loss_sum" and self.objective.critic)]
+        v = torch.tensor([[s.get(k, 0.0) for k in keys] for s in st], dtype=torch.float64).sum(0) if st else \
+            torch.zeros(len(keys), dtype=torch.float64)
+        dist.all_reduce(v, group=self.g.dp_group)
+        return [dict(zip(keys, v.tolist()))]
 
     # -- weights, context switch, checkpoints ----------------------------------------------------------
     @property
@@ -492,6 +466,8 @@ class TrainWorker(WS.SyncEndpoint):
             dist.destroy_process_group()
 
 
+_SUM_KEYS = ("loss", "tokens", "clip_tokens", "behav_weight_sum", "sequences", "entropy_sum", "behav_abs_diff",
+             "kl_sum", "value_loss_sum")
 _DUMMY = Sample(sample_id=-1, prompt=[0, 0], completion=[0], behav_logp=[0.0], reward=0.0, advantage=0.0, version=0)
 
 
