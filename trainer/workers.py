@@ -9,16 +9,18 @@ its log-probs are the detached log-probs of the same forward pass.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainer import algorithms as A
-from trainer.algorithms import AlgoConfig  # noqa: F401 (its home was here)
 from trainer import parallel as PL
 from trainer import weight_sync as WS
+from trainer.algorithms import AlgoConfig  # noqa: F401 (its home was here)
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
 
@@ -33,6 +35,10 @@ class TrainWorker(WS.SyncEndpoint):
 
         self.rank, self.world = rank, world_size
         self.tp, self.pp = tp, pp
+        # what a checkpoint's reader needs to rebuild this layout (trainer/export_model.py)
+        self.layout = {"model_path": str(model_path), "world": world_size, "tp": tp, "pp": pp, "sharding": sharding,
+                       "algo": dict(algo), "micro_batch": micro_batch, "pad_id": pad_id,
+                       "optimizer_offload": optimizer_offload}
         self.dp = world_size // (tp * pp)
         self.cfg = A.AlgoConfig(**algo)
         self.objective = A.objective(self.cfg)
@@ -435,7 +441,14 @@ class TrainWorker(WS.SyncEndpoint):
         return path.replace(".pt", f".rank{self.rank}.pt") if per_rank else None
 
     def save(self, path: str) -> None:
+        """This rank's state (see `_own_file`); rank 0 also writes layout.json beside it: the layout and
+        base model that `mosearch export-model` rebuilds to merge the ranks' files."""
         out = self._own_file(path)
+        if self.rank == 0:
+            meta = os.path.join(os.path.dirname(path), "layout.json")
+            with open(meta + ".tmp", "w") as f:
+                json.dump({**self.layout, "files": self.world if not self.replicated or self.zero else 1}, f)
+            os.replace(meta + ".tmp", meta)
         if out is not None:
             self.onload()
             state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),

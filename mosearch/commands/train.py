@@ -23,8 +23,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--emulate", action="store_true",
                    help="run a plan made for another cluster on this machine, scaled down (GPU types emulated)")
     p.add_argument("--model", default=None, help="'tiny' (built locally) or a local Hugging Face model directory (default: the plan's workload, else tiny)")
-    p.add_argument("--task", default="arithmetic", help="arithmetic | sorting | counting | jsonl:PATH")
-    p.add_argument("--reward", default=None, help="reward function module:function for a user task")
+    p.add_argument("--task", default="arithmetic",
+                   help="arithmetic | sorting | counting, or data: PATH.jsonl, PATH.parquet, a datasets directory "
+                        "(TRL's or verl's columns; docs/training.md)")
+    p.add_argument("--reward", action="append", default=None,
+                   help="reward function: module:function or path/to/file.py[:function] (TRL's, verl's or "
+                        "f(prompt, completion, answer) signature); repeat for several (default: exact match)")
+    p.add_argument("--reward-weights", default=None, help="comma-separated weights, one per --reward (default 1 each)")
+    p.add_argument("--reward-errors", default="raise", choices=["raise", "skip"],
+                   help="a reward that raises stops the run (raise) or its score is left out and counted (skip)")
+    p.add_argument("--no-chat-template", action="store_true",
+                   help="send chat-message prompts as their text instead of through the tokenizer's chat template")
+    p.add_argument("--logger", default="jsonl", help="comma list of jsonl (always), tensorboard, wandb (offline)")
     p.add_argument("--algo", default=None, choices=["grpo", "ppo"])
     p.add_argument("--prompts-per-step", type=int, default=None)
     p.add_argument("--group-size", type=int, default=None, help="samples per prompt")
@@ -75,13 +85,16 @@ def run(args: argparse.Namespace) -> int:
     from trainer.driver import run as train
 
     plan = load_plan(args.plan)
-    _check_against_workload(plan, args.plan)
-    if args.emulate:
-        print(emulation_line(plan, args.plan), file=sys.stderr)
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
-    shape = workload_defaults(plan, args.plan) | {k: v for k, v in given.items() if v is not None}
+    from_workload = workload_defaults(plan, args.plan)
+    shape = from_workload | {k: v for k, v in given.items() if v is not None}
+    source = "--model" if args.model else f"the workload {plan.workload.path}" if "model" in from_workload else "the default"
+    print(f"training model {shape.get('model', 'tiny')} (from {source})", file=sys.stderr)
+    _check_against_workload(plan, args.plan)
+    if args.emulate:
+        print(emulation_line(plan, args.plan), file=sys.stderr)
     cfg = RunConfig(
         plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
@@ -90,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
-        weight_sync=args.weight_sync,
+        weight_sync=args.weight_sync, reward_weights=_weights(args.reward_weights), reward_errors=args.reward_errors,
+        chat_template=not args.no_chat_template, loggers=args.logger,
     )
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
     sync_s = model_sync_s(summary, plan, args.plan)
@@ -130,8 +144,12 @@ def workload_defaults(plan, plan_file: str) -> dict:
     except yaml.YAMLError:
         return {}
     out = {}
-    if isinstance(w.get("model"), str) and (w["model"] == "tiny" or Path(w["model"]).is_dir()):
-        out["model"] = w["model"]
+    if isinstance(w.get("model"), str):
+        from problems.placement.hfmodel import find
+
+        found = find(w["model"], path)  # a model directory named relative to the workload file
+        if w["model"] == "tiny" or found is not None:
+            out["model"] = "tiny" if found is None else str(found)
     if w.get("algorithm") in ("grpo", "ppo"):
         out["algo"] = w["algorithm"]
     for src, dst in (("prompts_per_step", "prompts_per_step"), ("samples_per_prompt", "group_size")):
@@ -141,6 +159,15 @@ def workload_defaults(plan, plan_file: str) -> dict:
     if isinstance(resp, dict) and isinstance(resp.get("max"), int):
         out["max_new_tokens"] = resp["max"]
     return out
+
+
+def _weights(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(None, "--reward-weights", f"got {text!r}", "comma-separated numbers, one per --reward") from None
 
 
 def emulation_line(plan, plan_file: str) -> str:

@@ -349,14 +349,25 @@ class Workload:
 
 
 def resolve_architecture(model, where: str | None) -> Architecture:
-    """A spec's `model`: a preset name (one-line error naming the nearest presets) or an architecture mapping."""
+    """A spec's `model`: a preset name (one-line error naming the nearest presets), a local Hugging Face
+    model directory (problems/placement/hfmodel.py; relative to the spec file `where`, then the working
+    directory) or an architecture mapping."""
     if isinstance(model, str):
+        from problems.placement import hfmodel
+
+        directory = hfmodel.find(model, where)
+        if directory is not None:
+            return hfmodel.architecture(directory, where)
+        if hfmodel.is_path(model):
+            raise InputError(where, "model", f"model directory {model!r} not found (looked beside the file and in "
+                             "the working directory)", "a preset name or a local Hugging Face model directory")
         presets = model_presets()
         arch = presets.get(model.lower())
         if arch is None:
             hint = ", ".join(nearest(model, list(presets))) or ", ".join(presets)
             raise InputError(where, "model", f"unknown model preset {model!r}",
-                             f"a preset name or an architecture mapping; nearest: {hint}")
+                             f"a preset name, a local Hugging Face model directory or an architecture mapping; "
+                             f"nearest: {hint}")
         return arch
     return Architecture(**model.model_dump())
 
