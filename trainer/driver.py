@@ -50,6 +50,7 @@ class RunConfig:
     out: str = "runs/train"
     steps: int = 20
     model: str = "tiny"
+    model_from: str | None = None  # where the model choice came from (said with it in the run's first line)
     task: str = "arithmetic"
     reward: str | list[str] | None = None  # reward function(s): module:function or file.py[:function] (trainer/rewards.py)
     reward_weights: list[float] | None = None  # one per reward (default 1 each)
@@ -193,6 +194,7 @@ class Driver:
             raise InputError(cfg.plan, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
                              + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
                              "pp = 1 for PPO or a KL reference (pipeline stages run GRPO without KL)")
+        log(f"training model {cfg.model}" + (f" (from {cfg.model_from})" if cfg.model_from else ""))
         self.versions = v = versions(cfg.backend)  # said first (after a refusal's one line): what runs
         log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}")
         self.task = load_task(cfg.task, seed=cfg.seed, reward=cfg.reward, max_new_tokens=cfg.max_new_tokens,

@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
     from_workload = workload_defaults(plan, args.plan)
     shape = from_workload | {k: v for k, v in given.items() if v is not None}
-    source = "--model" if args.model else f"the workload {plan.workload.path}" if "model" in from_workload else "the default"
-    print(f"training model {shape.get('model', 'tiny')} (from {source})", file=sys.stderr)
+    shape["model_from"] = ("--model" if args.model else f"the workload {plan.workload.path}" if "model" in from_workload
+                           else "the default")
     _check_against_workload(plan, args.plan)
     if args.emulate:
         print(emulation_line(plan, args.plan), file=sys.stderr)
