@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from problems.errors import InputError
 from trainer import data as D
 from trainer.data import Example
-from trainer.rewards import RewardSet, Scored, exact_match  # noqa: F401 (exact_match: its home was here)
+from trainer.rewards import RewardSet, Scored
 
 
 @dataclass

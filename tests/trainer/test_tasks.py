@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from problems.errors import InputError
-from trainer.tasks import PromptSampler, exact_match, load_task
+from trainer.rewards import exact_match
+from trainer.tasks import PromptSampler, load_task
 
 
 @pytest.mark.parametrize("name", ["arithmetic", "sorting", "counting"])
