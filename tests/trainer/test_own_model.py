@@ -69,6 +69,17 @@ def _logprobs(model, samples) -> list[list[float]]:
     return out
 
 
+def test_inspect_and_predict_read_the_directory(own, capsys, repo_root):
+    from transformers import AutoModelForCausalLM
+
+    n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(own["root"] / "model").parameters())
+    assert main(["inspect", "--cluster", str(repo_root / "problems" / "clusters" / "local.yaml"), "--workload",
+                 str(own["root"] / "workload.yaml")]) == 0
+    assert f"{n:,}" in capsys.readouterr().out  # the planner's count of the directory's architecture
+    assert main(["predict", "--plan", str(own["root"] / "plan.yaml")]) == 0
+    assert "throughput_samples_s" in capsys.readouterr().out
+
+
 def test_colocated_tp2_verl_data_exports_a_model_that_gives_the_trainers_logprobs(own, ray_local, monkeypatch, tmp_path):
     import torch
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

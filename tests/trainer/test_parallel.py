@@ -123,6 +123,14 @@ def test_layout_matches_single_rank(reference, tiny_model, tmp_path, dp, tp, pp,
         torch.testing.assert_close(step_got, step_ref, rtol=0, atol=tol, msg=lambda m, k=k: f"{k}: {m}")
         moved += scale > 0
     assert moved > len(ref) // 2  # the update changed the weights, so agreeing is not trivial
+    if (dp, tp, pp, sharding) in ((1, 1, 2, "none"), (2, 1, 1, "zero3")):
+        # `mosearch export-model` merges this layout's rank files (its ranks again, over gloo) to the same state
+        from trainer.export_model import merged_state, read_layout
+
+        layout = read_layout(tmp_path / "ckpt")
+        assert layout["files"] == dp * tp * pp
+        merged = merged_state(tmp_path / "ckpt", layout, tmp_path)
+        assert set(merged) == set(got["state"]) and all(torch.equal(merged[k], v) for k, v in got["state"].items())
     full = reference["params"]
     if tp * pp > 1 or sharding == "zero3":  # each rank holds about half of the model
         assert all(0.4 * full < n < 0.62 * full for n in got["params"]), (got["params"], full)
