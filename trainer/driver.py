@@ -322,7 +322,7 @@ class Driver:
 
         n = self.cfg.group_size
         scored = self.task.score([self.task.train[pi] for pi in ch.prompt_idx for _ in range(n)],
-                                 [self._decode(c) for c in res["completions"]])
+                                 [self._decode(c) for c in res["completions"]], res["completions"])
         rewards = fill_unscored(scored.rewards, n)
         samples = [Sample(ch.draws[j] * n + g, self.train_ids[pi], res["completions"][j * n + g],
                           res["logprobs"][j * n + g], rewards[j * n + g], 0.0, res["version"], scored.parts[j * n + g])

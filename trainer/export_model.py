@@ -81,7 +81,9 @@ def merged_state(path: Path, layout: dict, work: Path) -> dict:
     import torch
 
     state_file = path / "state.pt"
-    if layout["files"] == 1:
+    whole = layout["tp"] == layout["pp"] == 1 and (layout["sharding"] not in ("zero3", "fsdp")
+                                                    or layout["world"] == 1)
+    if layout["files"] == 1 or whole:  # rank 0 holds every weight (ZeRO-1/2 shard only the optimizer)
         return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
     missing = [r for r in range(1, layout["world"]) if not (path / f"state.rank{r}.pt").is_file()]
     if missing:

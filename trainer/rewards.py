@@ -5,7 +5,8 @@ does) or `path/to/file.py[:function]` (loaded from the file; the function defaul
 `compute_score`, verl's name). Its convention is read from its parameters:
 
 - TRL (batched): `f(prompts, completions, **columns) -> list[float]`: one call per batch of samples;
-  every other parameter is a data column of that name (one value per sample). Chat prompts pass as
+  every other parameter is a data column of that name (one value per sample), and `completion_ids`
+  the generated token ids (TRL's `trainer_state` is not passed). Chat prompts pass as
   their messages and completions as `[{"role": "assistant", "content": text}]`, as TRL does. A
   `None` in the list means "no score" for that sample (TRL's convention).
 - verl: `compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float | dict`:
@@ -183,14 +184,15 @@ class RewardSet:
                                      f"{', '.join(sorted(cols)) or 'only prompts'}",
                                      f"{what} in every row, or a reward that does not need it")
 
-    def score(self, examples: list[Example], completions: list[str]) -> Scored:
-        """Rewards of `completions[i]` for the prompt `examples[i]`."""
+    def score(self, examples: list[Example], completions: list[str], completion_ids: list | None = None) -> Scored:
+        """Rewards of `completions[i]` (token ids `completion_ids[i]`, for TRL functions that take them)
+        for the prompt `examples[i]`."""
         n = len(examples)
         parts: list[dict] = [dict() for _ in range(n)]
         errors, failed = 0, []
         for r in self.rewards:
             try:
-                vals = self._call(r, examples, completions)
+                vals = self._call(r, examples, completions, completion_ids)
             except RewardError as err:
                 if self.errors == "raise":
                     raise
@@ -215,15 +217,18 @@ class RewardSet:
         return RewardError(None, f"reward {r.label}", f"raised {type(err).__name__}{': ' + msg if msg else ''} "
                            f"{where}{_show(ex, completion)}", "--reward-errors skip to leave such scores out")
 
-    def _call(self, r: Reward, examples: list[Example], completions: list[str]) -> list:
+    def _call(self, r: Reward, examples: list[Example], completions: list[str], ids: list | None) -> list:
         if r.kind == TRL:
-            return self._call_trl(r, examples, completions)
+            return self._call_trl(r, examples, completions, ids)
         out = []
         for ex, c in zip(examples, completions):
             try:
                 if r.kind == VERL:
-                    v = r.fn(ex.columns.get("data_source"), c, ex.columns["reward_model"]["ground_truth"],
-                             ex.columns.get("extra_info"))
+                    kw = {"data_source": ex.columns.get("data_source"), "solution_str": c,
+                          "ground_truth": ex.columns["reward_model"]["ground_truth"]}
+                    if _takes(r.fn, "extra_info"):
+                        kw["extra_info"] = ex.columns.get("extra_info")
+                    v = r.fn(**kw)
                     v = v.get("score") if isinstance(v, dict) else v
                 else:
                     v = r.fn(ex.prompt, c, ex.answer)
@@ -237,12 +242,14 @@ class RewardSet:
                 out.append(("failed", e.line()))
         return out
 
-    def _call_trl(self, r: Reward, examples: list[Example], completions: list[str]) -> list[float]:
+    def _call_trl(self, r: Reward, examples: list[Example], completions: list[str], ids: list | None) -> list[float]:
         cols = {k: [ex.columns.get(k) for ex in examples] for k in dict.fromkeys(c for ex in examples for c in ex.columns)}
         if "answer" not in cols and any(ex.answer is not None for ex in examples):
             cols["answer"] = [ex.answer for ex in examples]
         comps = [[{"role": "assistant", "content": c}] if ex.chat else c for ex, c in zip(examples, completions)]
         params = inspect.signature(r.fn).parameters
+        if ids is not None:
+            cols["completion_ids"] = [list(x) for x in ids]
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             cols = {k: v for k, v in cols.items() if k in params}
         try:
@@ -257,6 +264,11 @@ class RewardSet:
                               + (f" of {len(vals)}" if isinstance(vals, (list, tuple)) else ""),
                               f"a list of {len(examples)} floats, one per completion")
         return [math.nan if v is None else _number(r, v, ex, c) for v, ex, c in zip(vals, examples, completions)]
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
 def _number(r: Reward, v, ex: Example, completion: str) -> float:

@@ -29,8 +29,8 @@ class Task:
     rewards: RewardSet = field(default_factory=lambda: RewardSet(None))
     max_new_tokens: int = 8
 
-    def score(self, examples: list[Example], completions: list[str]) -> Scored:
-        return self.rewards.score(examples, completions)
+    def score(self, examples: list[Example], completions: list[str], completion_ids: list | None = None) -> Scored:
+        return self.rewards.score(examples, completions, completion_ids)
 
     def prompt_ids(self, examples: list[Example], tok, chat_template: bool = True) -> list[list[int]]:
         """Token ids of each prompt (chat messages through the tokenizer's template)."""

@@ -91,6 +91,10 @@ def _rewards_file(tmp_path: Path) -> Path:
         "    return 1.0\n"
         "def needs(prompts, completions, difficulty, **kw):\n"
         "    return [0.0] * len(prompts)\n"
+        "def verl3(data_source, solution_str, ground_truth):\n"
+        "    return 0.25\n"
+        "def ids(completions, completion_ids, **kw):\n"
+        "    return [float(len(i)) for i in completion_ids]\n"
         "def odd(a, b):\n"
         "    return 0.0\n")
     return f
@@ -112,6 +116,9 @@ def test_each_convention_from_a_file_path_weighted_like_trl(tmp_path):
     assert p[1]["myrewards.py:acc"] == 0.0 and p[1]["myrewards.py:plain"] == 1.0  # a text completion is no message
     assert math.isnan(p[2]["myrewards.py:length"])  # None: no score, left out of the sum as TRL does
     assert out.rewards[2] == pytest.approx(0 + 0 + 0)
+    # verl's function without extra_info; TRL's completion_ids (the generated token ids)
+    got = RewardSet([f"{f}:verl3", f"{f}:ids"]).score([chat], ["5"], [[7, 8, 2]])
+    assert got.parts[0] == {"myrewards.py:verl3": 0.25, "myrewards.py:ids": 3.0}
 
 
 def test_module_rewards_import_from_the_working_directory(tmp_path, monkeypatch):
