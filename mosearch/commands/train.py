@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from problems.errors import InputError
 
 
@@ -170,58 +168,10 @@ def print_comparison(summary: dict, inputs, out: Path | None = None) -> None:
 
 
 def model_sync_s(summary: dict, inputs) -> float | None:
-    """The performance model's weight-sync time for the layout the run had: its engines (regions, GPU
-    types), the bytes of one copy it sent, the plan's route, on the plan's cluster. None when the run
-    did not broadcast (the object store) or the cluster file is not found. A colocated run's sync is the
-    hand-over (the engines map the trainer's buckets) when its summary says so. `inputs`: the run's PlanInputs."""
-    ws = summary.get("layout", {}).get("weight_sync") or {}
-    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or not inputs.has("cluster"):
+    """The performance model's weight-sync time for the layout the run had (None: not a broadcast, or no
+    cluster file). `inputs`: the run's PlanInputs."""
+    from problems.placement.predict import run_sync_s
+
+    if not inputs.has("cluster"):
         return None
-    cluster = inputs.cluster()
-    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
-        return None
-    handover = ws.get("transport") in ("shared_memory", "cuda_ipc")
-    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
-                         ws["sender_region"], ws["route"] == "staged", handover, inputs.workload().model,
-                         summary["layout"])
-
-
-def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
-                  sender_region: str, staged: bool, handover: bool = False, arch=None, train: dict | None = None
-                  ) -> float:
-    """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
-    source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
-    one, grouped into one pseudo-pool per (GPU type, region); with the model's architecture `arch` and
-    the trainer's layout `train` (a run summary's: tp, pp, dp, sharding), the source's gather of a cut
-    or sharded trainer first."""
-    from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
-    from problems.placement.model.params import DEFAULTS
-
-    regions = cluster.regions
-    keys = list(zip(engine_gpus or [None] * len(engine_regions), engine_regions))
-    pools = list(dict.fromkeys(keys))
-    engines = np.array([[keys.count(k) for k in pools]], dtype=float)
-    eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g, _ in pools]
-    # the source packs at its device's memory bandwidth: the sender region's first pool
-    src = next((p for p in cluster.pools if p.region == sender_region), cluster.pools[0])
-    where = np.array([regions.index(r) for _, r in pools])
-    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines, where,
-                                cluster.region_bw * 1e9, cluster.region_latency, cluster.region_egress / 1e9,
-                                np.array([staged]), len(regions))
-    copies = sync_copies(engines, where, np.array([staged]), len(regions))
-    t = engine_sync_s(route, copy_bytes, engines, copies,
-                      *(np.array([e[k] for e in eff]) for k in ("sync_load_gbs", "sync_overhead_s", "sync_send_gbs",
-                                                                  "p2p_latency_s")),
-                      pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
-                      handover=np.array([handover]))
-    if arch is not None and train:
-        from problems.placement.encoding import SHARDINGS
-        from problems.placement.model.memory import params_sharded
-
-        e = DEFAULTS | cluster.efficiencies.get(src.gpu.name, {})
-        t = t + sync_gather_s(copy_bytes, arch.state_tensors, arch.tp_sharded_tensors,
-                              *(np.array([train.get(k, 1)]) for k in ("tp", "pp", "dp")),
-                              params_sharded(np.array([SHARDINGS.index(train.get("sharding", "none"))])),
-                              *(e[k] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
-                              src.intra_gbs * 1e9)
-    return float(t[0])
+    return run_sync_s(summary, inputs.cluster(), inputs.workload().model if inputs.has("workload") else None)

@@ -358,3 +358,21 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "
                      f"{cluster.name}'s {pool.gpu.name} devices, fp32")
     return predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw), notes
+
+
+def run_sync_s(summary: dict, cluster: Cluster | None, arch: Architecture | None = None) -> float | None:
+    """The model's weight-sync time for the layout a run had (`model.sync.layout_sync_s`): its engines
+    (regions, GPU types), the bytes of one copy it sent, its route, on the plan's cluster; with the
+    workload's architecture, the source's gather of a cut or sharded trainer first. None when the run did
+    not broadcast (the object store) or no cluster is given (its file was not found). A colocated run's sync is the
+    hand-over (the engines map the trainer's buckets) when its summary says so."""
+    from problems.placement.model.sync import layout_sync_s
+
+    ws = summary.get("layout", {}).get("weight_sync") or {}
+    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or cluster is None:
+        return None
+    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
+        return None
+    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
+                         ws["sender_region"], ws["route"] == "staged", ws.get("transport") in ("shared_memory", "cuda_ipc"),
+                         arch, summary["layout"])
