@@ -334,6 +334,7 @@ class Workload:
     has_reference: bool
     has_critic: bool
     attention: str = "flash"
+    model_dir: str | None = None  # the model's local Hugging Face directory, when `model:` named one
 
     @property
     def samples_per_step(self) -> int:
@@ -376,6 +377,12 @@ def load_workload(path: str | Path) -> Workload:
     path = str(path)
     spec = load_model(path, WorkloadSpec, "a workload spec (see problems/workloads/)")
     arch = resolve_architecture(spec.model, path)
+    model_dir = None
+    if isinstance(spec.model, str):
+        from problems.placement import hfmodel
+
+        found = hfmodel.find(spec.model, path)
+        model_dir = str(found) if found is not None else None
     if arch.heads % arch.kv_heads:
         raise InputError(path, "model.kv_heads", f"{arch.heads} heads are not divisible by {arch.kv_heads} kv_heads",
                          "a divisor of heads")
@@ -390,7 +397,7 @@ def load_workload(path: str | Path) -> Workload:
         prompts_per_step=spec.prompts_per_step, samples_per_prompt=spec.samples_per_prompt,
         prompt_len=spec.prompt_len, response_mean=spec.response_len.mean, response_max=spec.response_len.max,
         max_staleness=spec.max_staleness, precision=spec.precision,
-        has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention,
+        has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
     )
 
 
