@@ -207,7 +207,6 @@ class Driver:
 
             self.model_path = warm_start(self.model_path, self.task, cfg.warm_start_steps, cfg.seed)
         self.tok = load_tokenizer(self.model_path)
-        self.bos = [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
         self.eos = self.tok.eos_token_id
         self.train_ids = self.task.prompt_ids(self.task.train, self.tok, cfg.chat_template)
         self.held = self.task.heldout[: cfg.eval_size]
