@@ -338,7 +338,16 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         wl = dataclasses.replace(wl, model=presets[model.lower()])
         notes.append(f"predicted for the model the run trained ({model}), not the workload's")
     elif model and model.lower() not in presets and model != wl.model.name:
-        notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+        from problems.placement import hfmodel
+
+        d = hfmodel.find(model)  # a model directory: the workload's own, or another one given with --model
+        if d is not None and wl.model_dir is not None and d.resolve() == Path(wl.model_dir).resolve():
+            pass
+        elif d is not None:
+            wl = dataclasses.replace(wl, model=hfmodel.architecture(d))
+            notes.append(f"predicted for the model the run trained ({model}), not the workload's")
+        else:
+            notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
     cluster = None
     if lay.get("emulated") and local_cluster is not None:
         cluster = load_cluster(local_cluster)

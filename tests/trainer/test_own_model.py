@@ -170,7 +170,10 @@ def test_async_trl_jsonl_with_weighted_trl_rewards_from_the_cli(own, ray_local, 
                  "--reward", f"{REWARDS}:brevity", "--reward-weights", "1,0.5", "--steps", "3", "--out", str(out),
                  "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "4", "--eval-every", "0",
                  "--checkpoint-every", "3", "--backend", "hf", "--no-progress", "--logger", "wandb"]) == 0
-    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    cap = capsys.readouterr()
+    err = [x for x in cap.err.splitlines() if x.strip()]
+    # predicted beside measured for the model that ran: the workload's directory, no mismatch note
+    assert "predicted for this run's settings" in cap.out and "the run trained" not in cap.out
     # the workload's model, not tiny, and said first
     assert err[0] == f"training model {own['root'] / 'model'} (from the workload {own['root'] / 'workload.yaml'})"
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"time"' in x]
