@@ -23,7 +23,7 @@ def parse(spec: str | list[str] | None) -> list[str]:
     names = spec if isinstance(spec, list) else [x.strip() for x in (spec or "").split(",") if x.strip()]
     for n in names:
         if n not in LOGGERS:
-            raise InputError(None, "logger", f"unknown logger {n!r}", " , ".join(LOGGERS) + " (comma-separated)")
+            raise InputError(None, "logger", f"unknown logger {n!r}", ", ".join(LOGGERS) + " (comma-separated)")
         pkg = _PACKAGE.get(n)
         if pkg and importlib.util.find_spec(pkg) is None:
             raise InputError(None, "logger", f"{n} needs the {pkg} package, which is not installed",
