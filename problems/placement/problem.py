@@ -126,7 +126,7 @@ class PlacementProblem(Problem):
         bad |= pany(used > self.layout.counts)
         bad |= psum(engines) < 1
         bad |= psum(train) < 1
-        bad |= pany((train > 0) & (f["tp"][:, None] > self.layout.gpn))
+        bad |= pany((train > 0) & (self.layout.gpn[None, :] % f["tp"][:, None] != 0))
         return bad.astype(float)
 
     def evaluate_plans(self, plans: list[Plan]) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from problems.errors import InputError
+from problems.placement.model.lengths import Lengths, build as build_lengths
 from problems.placement.specs import Cluster, Workload
 
 # Per-GPU-type parameters beyond the catalog; each can be overridden per GPU type.
@@ -63,6 +64,9 @@ DEFAULTS = {
     # CUDA-graph/overlapped GPU stacks (0 by default), measured on CPU by `mosearch profile`
     "tp_op_s": 0.0,
     "fsdp_op_s": 0.0,
+    # fixed time of one inference kernel (launch and small-kernel floor; a decode step runs
+    # DECODE_KERNELS_PER_LAYER per layer): the catalog's infer_fit where measured operators give it, else 0
+    "kernel_s": 0.0,
     # 1 = TP over separate q/k/v and gate/up projections (mosearch's trainer, DTensor on HF layers:
     # a profiled device is run by it), 0 = Megatron's fused column-parallel blocks
     "tp_split_projections": 0.0,
@@ -147,6 +151,9 @@ class ModelContext:
     interleave: int = 1
     # optimizer updates per step, each on an equal slice of the batch (the trainer's --mini-batches)
     updates: int = 1
+    # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
+    lengths: Lengths | None = None
+    group: int = 1
 
     @property
     def n_pools(self) -> int:
@@ -173,7 +180,7 @@ def build_context(cluster: Cluster, workload: Workload,
     eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
-               **p.gpu.train_fit}
+               **p.gpu.train_fit, **p.gpu.infer_fit}
         row.update(KIND_DEFAULTS.get(p.gpu.intra_node.kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
         row.setdefault("elementwise_eff", row["decode_eff"])
@@ -220,4 +227,6 @@ def build_context(cluster: Cluster, workload: Workload,
         state_tensors=m.state_tensors,
         tp_sharded_tensors=m.tp_sharded_tensors,
         flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
+        lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
+        group=workload.samples_per_prompt,
     )
