@@ -59,6 +59,9 @@ class NodeGroupSpec(_Spec):
     gpus_per_node: int = Field(gt=0)
     region: str
     intra_node: IntraNodeLink | None = None
+    inter_node_gbs: float | None = Field(default=None, gt=0, description=(
+        "this group's per-node network, GB/s, when it differs from its region's (desktops on 10 GbE beside "
+        "servers on InfiniBand)"))
 
 
 class GPUTypeSpec(_Spec):
@@ -277,7 +280,8 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
             count=sum(g.nodes * g.gpus_per_node for g in groups),
             gpus_per_node=min(g.gpus_per_node for g in groups),
             intra_gbs=intra,
-            inter_gbs=spec.regions[region].inter_node_gbs,
+            # a pool's nodes talk over the slowest network among its groups
+            inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
         ))
     return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies)
 
@@ -329,6 +333,8 @@ class WorkloadSpec(_Spec):
         default="flash", description="flash: fused kernels, no s x s score matrix (FlashAttention, SDPA); "
                                      "unfused: scores computed and stored (Megatron's default before --use-flash-attn)")
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
+    sequence_packing: bool = Field(default=False, description="training packs sequences without padding (verl "
+                                                              "use_remove_padding, AReaL): micro-batches of mean length")
 
 
 @dataclass(frozen=True)
@@ -348,6 +354,7 @@ class Workload:
     has_critic: bool
     attention: str = "flash"
     response_sigma: float = DEFAULT_SIGMA
+    sequence_packing: bool = False
 
     @property
     def samples_per_step(self) -> int:
@@ -394,7 +401,7 @@ def load_workload(path: str | Path) -> Workload:
         prompt_len=spec.prompt_len, response_mean=spec.response_len.mean, response_max=spec.response_len.max,
         max_staleness=spec.max_staleness, precision=spec.precision,
         has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention,
-        response_sigma=spec.response_len.sigma,
+        response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
     )
 
 

@@ -18,6 +18,7 @@ All integrals are closed forms of the log-normal's partial moments, computed onc
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,9 @@ from scipy.special import ndtr, ndtri
 
 # survival levels where the rollout integral splits the length axis: finer towards the tail, where
 # the batch is small and each step's fixed cost (reading the weights) dominates
-LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9999)
+LEVELS = (0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+# cohort sizes where `longest_of` is tabulated (interpolated in log m between them: the planner's hot path)
+_M_GRID = np.geomspace(1.0, 1e7, 141)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Lengths:
     mean_age: float  # mean tokens a running sequence has generated under steady continuous batching
     grid: np.ndarray  # (G,) lengths 0 ... max, and below the survival there: for the KV peak
     surv: np.ndarray
+    longest_table: np.ndarray | None = None  # longest_of at _M_GRID
 
     def kv_peak(self, prompt: float) -> float:
         """KV tokens per started sequence of a cohort at its peak: max over s of survival(s) x (prompt + s)."""
@@ -55,7 +59,13 @@ class Lengths:
 
     def longest_of(self, m):
         """Expected longest of m responses (m >= 1, array): the level 1 - 1/(m + 1) (at least the mean: one
-        response is on average `mean` long), or the cap once m responses are likely to reach it."""
+        response is on average `mean` long), or the cap once m responses are likely to reach it. Read from
+        a table over log m (exact at its 141 points)."""
+        if self.longest_table is not None:
+            return np.interp(np.log(np.maximum(m, 1.0)), np.log(_M_GRID), self.longest_table)
+        return self._longest(m)
+
+    def _longest(self, m):
         m = np.maximum(m, 1.0)
         return np.where(self.cap_share * m >= 0.5, self.max,
                         np.maximum(self.quantile(1.0 - 1.0 / (m + 1.0)), self.mean))
@@ -90,6 +100,11 @@ def _locate(mean: float, cap: float, sigma: float) -> float:
 
 
 def build(mean: float, cap: float, sigma: float) -> Lengths:
+    L = _build(mean, cap, sigma)
+    return dataclasses.replace(L, longest_table=L._longest(_M_GRID))
+
+
+def _build(mean: float, cap: float, sigma: float) -> Lengths:
     mean, cap = float(max(mean, 1e-9)), float(max(cap, mean))
     if sigma == 0 or mean >= cap * (1 - 1e-9):  # fixed length: one segment, everyone alive throughout
         length = mean if sigma == 0 else cap

@@ -151,9 +151,24 @@ class ModelContext:
     interleave: int = 1
     # optimizer updates per step, each on an equal slice of the batch (the trainer's --mini-batches)
     updates: int = 1
+    # ZeRO-3 / FSDP units free their gathered weights after forward and gather them again in backward
+    # (FSDP2 `reshard_after_forward=True`, DeepSpeed ZeRO-3's default); False keeps them from forward to
+    # backward (one gather per micro-batch fewer, the stage's weights held unsharded)
+    reshard_after_forward: bool = True
+    # sequence packing in training micro-batches (padding removed; verl use_remove_padding, AReaL)
+    packing: bool = False
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
+
+    @property
+    def unit_costs(self) -> dict[str, np.ndarray]:
+        """rollout.unit_costs, formed once (efficiencies are read when first asked)."""
+        if "_unit_costs" not in self.__dict__:
+            from problems.placement.model.rollout import unit_costs
+
+            self.__dict__["_unit_costs"] = unit_costs(self)
+        return self.__dict__["_unit_costs"]
 
     @property
     def n_pools(self) -> int:
@@ -229,4 +244,5 @@ def build_context(cluster: Cluster, workload: Workload,
         flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
         lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
         group=workload.samples_per_prompt,
+        packing=workload.sequence_packing,
     )

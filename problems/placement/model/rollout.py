@@ -61,6 +61,18 @@ def attn_prefill_op_s(chunk, kv_len, kv_heads, head_dim, heads, tp, flops, hbm, 
 
 
 # ---------------------------------------------------------------- engine level, (N, P) arrays
+UNIT_COSTS = ("weights", "kv_read", "flop_seq", "flop_kv")
+
+
+def unit_costs(ctx: ModelContext) -> dict[str, np.ndarray]:
+    """Per pool (P,), for one GPU (divide by the engine's TP): seconds to read the weights, per KV token
+    read, matmul seconds per sequence-step, attention seconds per KV token."""
+    bw = ctx.hbm * ctx.eff["decode_eff"]
+    fl = ctx.flops * ctx.eff["prefill_eff"]
+    return {"weights": ctx.weight_bytes / bw, "kv_read": ctx.kv_bytes_per_token / bw,
+            "flop_seq": 2.0 * (ctx.matmul_params or ctx.params) / fl, "flop_kv": 4.0 * ctx.layers * ctx.q_dim / fl}
+
+
 class EngineCosts:
     """Per pool (arrays broadcasting to (N, P)): seconds of one decode step of an engine of `rtp` GPUs as
     step(b, kv) = max(weights + kv * kv_read, b * flop_seq + kv * flop_kv) + fixed + b * comm_seq
@@ -68,17 +80,15 @@ class EngineCosts:
 
     def __init__(self, ctx: ModelContext, rtp):
         e = ctx.eff
-        bw = rtp * ctx.hbm * e["decode_eff"]
-        fl = rtp * ctx.flops * e["prefill_eff"]
         r = np.asarray(rtp, dtype=float)
-        self.weights = ctx.weight_bytes / bw
-        self.kv_read = ctx.kv_bytes_per_token / bw
-        self.flop_seq = 2.0 * (ctx.matmul_params or ctx.params) / fl
-        self.flop_kv = 4.0 * ctx.layers * ctx.q_dim / fl
-        # two all-reduces of each sequence's hidden state per layer (ring), their latency per step
+        u = ctx.unit_costs
+        self.weights, self.kv_read, self.flop_seq, self.flop_kv = (u[k] / r for k in UNIT_COSTS)
+        # two all-reduces of each sequence's hidden state per layer: the bytes of a ring, and per all-reduce
+        # two latencies (a decode step's messages are small: one-shot all-reduces, vLLM's custom all-reduce
+        # or NCCL's low-latency protocol, write to the peers and read theirs, whatever the TP degree)
         tp = r > 1
         self.comm_seq = np.where(tp, 2 * ctx.layers * 2.0 * (r - 1) / r * ctx.hidden * ctx.bpe / ctx.intra, 0.0)
-        self.fixed = (np.where(tp, 2 * ctx.layers * 2.0 * (r - 1) * e["collective_latency_s"], 0.0) + e["decode_step_s"]
+        self.fixed = (np.where(tp, 2 * ctx.layers * 2.0 * e["collective_latency_s"], 0.0) + e["decode_step_s"]
                       + ctx.layers * DECODE_KERNELS_PER_LAYER * e["kernel_s"])
 
     def step(self, b, kv):
@@ -89,6 +99,20 @@ class EngineCosts:
         """Prefill of `tokens` new tokens attending to `context` earlier ones on average, in chunks."""
         compute = tokens * (self.flop_seq + context * self.flop_kv)
         return np.maximum(compute, np.ceil(tokens / ENGINE_BATCHED_TOKENS) * self.weights)
+
+
+def fixed_batch_s(ctx: ModelContext, rtp: int, batch: int, prompt: int, output: int, pool: int = 0) -> float:
+    """One engine generating `output` tokens for each of `batch` sequences of `prompt` tokens at once (the
+    fixed-length benchmarks of inference engines: every response runs to the limit): the prompts'
+    prefill, then one decode step per output token at the full batch, the KV cache growing."""
+    c = EngineCosts(ctx, np.array([rtp]))
+    pick = lambda v: float(np.asarray(v).ravel()[pool] if np.ndim(v) else v)  # noqa: E731
+    w, kvr, fs, fk, fx, cs = (pick(x) for x in (c.weights, c.kv_read, c.flop_seq, c.flop_kv, c.fixed, c.comm_seq))
+    s = np.arange(output, dtype=float)
+    kv = batch * (prompt + s)
+    decode = np.maximum(w + kv * kvr, batch * fs + kv * fk) + fx + batch * cs
+    pre = max(batch * prompt * (fs + prompt / 2.0 * fk), np.ceil(batch * prompt / ENGINE_BATCHED_TOKENS) * w)
+    return float(pre + decode.sum())
 
 
 def decode_step_s(ctx: ModelContext, rtp, batch, context):
@@ -121,16 +145,22 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
     preempted = np.maximum(admitted - m, 0.0)
     prefill = c.prefill(share * p / ctx.group + preempted * (p + L.mean_age), p / 2.0)
     bulk = np.maximum(share - m, 0.0) * L.mean / full * t_full
-    # drain: per length segment, the cohort's alive sequence-steps and KV tokens read, up to its longest
-    end = L.longest_of(m)[..., None]
-    lo = L.edges[:-1]
-    steps = np.clip(end - lo, 0.0, L.steps)  # (N, P, K)
-    m3 = m[..., None]
-    tokens = m3 * L.alive
-    kv = m3 * (p * L.alive + L.second)
-    W = lambda a: np.asarray(a)[..., None]  # noqa: E731
-    drain = np.maximum(W(c.weights) * steps + W(c.kv_read) * kv, W(c.flop_seq) * tokens + W(c.flop_kv) * kv).sum(-1)
-    drain = drain + np.asarray(c.fixed) * steps.sum(-1) + np.asarray(c.comm_seq) * m * L.mean
+    # drain: per length segment, the cohort's alive sequence-steps and KV tokens read, up to its longest;
+    # every roofline term scales with 1/rtp, so the segments' per-pool factors are formed once
+    end = L.longest_of(m)
+    lo, seg = L.edges[:-1, None], L.steps[:, None]
+    kv_seg = (p * L.alive + L.second)[:, None]  # KV tokens read per cohort sequence in each segment (K, 1)
+    alive = L.alive[:, None]
+    r = np.asarray(rtp, dtype=float)
+    u = ctx.unit_costs
+    drain = np.empty_like(m)
+    for j in range(m.shape[1]):  # (K, N) per pool: numpy sums a short leading axis fast, a trailing one slowly
+        steps = np.minimum(np.maximum(end[:, j] - lo, 0.0), seg)
+        mj = m[:, j]
+        mem = steps * u["weights"][j] + mj * (u["kv_read"][j] * kv_seg)
+        comp = mj * (u["flop_seq"][j] * alive + u["flop_kv"][j] * kv_seg)
+        drain[:, j] = np.maximum(mem, comp).sum(axis=0) / r[:, j] + np.asarray(c.fixed)[..., j] * steps.sum(axis=0)
+    drain = drain + np.asarray(c.comm_seq) * m * L.mean
     sync = np.where(has, prefill + bulk + drain, 0.0)
     steady = np.where(has, prefill + share * L.mean / full * t_full, 0.0)
     rollout_s, bulk_s = pmax(sync), pmax(steady)
