@@ -155,7 +155,7 @@ def main(argv=None) -> int:
         r["err"] = r["pred_s"] / float(r["measured_s"]) - 1
     tm = training_and_memory()
 
-    published = [r for r in steps if not {"resp_mean", "prompts", "group"} & set(r["assumed"])]
+    published = [r for r in steps if not {"resp_mean", "resp_max"} & set(r["assumed"])]
     lines = ["# Validation on published RL runs, vLLM generation and paired configurations", "",
              "Made by `python benchmarks/rl_validation.py`. Data: `benchmarks/data/rl_published.csv`, "
              "`benchmarks/data/vllm_published.csv` (document, table and address per row). Predicted by the planner's "
@@ -180,17 +180,17 @@ def main(argv=None) -> int:
     perr = np.array([abs(x[-1]) for x in pair_rows])
     mem_alloc = [abs(p["allocated"] / m - 1) for _, m, p in tm["memory"]]
     mem_res = [abs(p["reserved"] / m - 1) for _, m, p in tm["memory"]]
-    tgt = [("published RL steps, median |error| (all rows)", np.median(errs), TARGETS["rl_median"]),
-           ("published RL steps, worst |error| (all rows)", errs.max(), TARGETS["rl_max"]),
-           (f"published RL steps, median |error| ({len(published)} rows with batch and lengths published)",
+    tgt = [("published RL steps, median abs. error (all rows)", np.median(errs), TARGETS["rl_median"]),
+           ("published RL steps, worst abs. error (all rows)", errs.max(), TARGETS["rl_max"]),
+           (f"published RL steps, median abs. error ({len(published)} rows whose response lengths are published)",
             np.median(pub), TARGETS["rl_median"]),
-           ("paired configurations, worst |ratio error|", perr.max(), TARGETS["pair"]),
-           ("paired configurations, median |ratio error|", np.median(perr), TARGETS["pair"]),
-           (f"training iterations, median |error| ({tm['rows']} rows, e2e_validation)", tm["median"],
+           ("paired configurations, worst abs. ratio error", perr.max(), TARGETS["pair"]),
+           ("paired configurations, median abs. ratio error", np.median(perr), TARGETS["pair"]),
+           (f"training iterations, median abs. error ({tm['rows']} rows, e2e_validation)", tm["median"],
             TARGETS["train_median"]),
-           (f"peak memory, median |error| vs reserved ({len(mem_res)} rows that publish it)", np.median(mem_res),
+           (f"peak memory, median abs. error vs reserved ({len(mem_res)} rows that publish it)", np.median(mem_res),
             TARGETS["memory_median"]),
-           (f"peak memory, median |error| vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
+           (f"peak memory, median abs. error vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
             TARGETS["memory_median"])]
     for name, v, t in tgt:
         lines.append(f"| {name} | {v * 100:.1f}% | <= {t * 100:.0f}% | {'yes' if v <= t else 'no'} |")
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
                      f"{r['batch']} x ({r['prompt_len']}, {r['output_len']}){' x ' + r['waves'] if r['waves'] != '1' else ''}"
                      f" | {float(r['measured_s']):.4g} | {r['pred_s']:.4g} | {pct(r['err'])} |")
     gerr = [abs(r["err"]) for r in gens]
-    lines.append(f"\nGeneration: median |error| {np.median(gerr) * 100:.1f}% over {len(gens)} rows.")
+    lines.append(f"\nGeneration: median abs. error {np.median(gerr) * 100:.1f}% over {len(gens)} rows.")
     lines += ["", "## Peak memory (benchmarks/e2e_validation.py rows that publish it)", "",
               "| row | measured GB | allocated GB | error | reserved GB | error |", "|---|---|---|---|---|---|"]
     for rid, m, p in tm["memory"]:
@@ -259,6 +259,32 @@ NOTES = """
 - Response-length shape sigma = 0.32: Seer's published tail statistic (`model/lengths.py`).
 - Nothing else; the CSV's assumption rules were written before the rows were scored and are the same
   for every row.
+
+## Why the targets are missed (read from the tables above)
+
+- Rows whose lengths are published (RLinf's verl and RLinf runs on 8 H100, verl on 64 H100, the NeMo-RL
+  row): predicted about twice too fast. Generation: the RLinf page measures 261 s of generation where the
+  model gives about 140 s, verl's 64-GPU run 325 s against about 125 s; training is too fast by about 1.5x
+  there too. The engine-level rows bound where the generation error starts: one decode step at batch 1
+  (vLLM blog, H100) is within a few percent, batch 8 (vLLM CI on H200, the FP8-KV blog on H100) 10-30% too
+  fast, and 2023's vLLM on A100-40G about 60% too fast. What the model lacks is per-step engine work that
+  grows with the running batch (scheduling, sampling over a 150K vocabulary with top-k disabled, output
+  processing): about 4 ms per step would close the RLinf rows, but no source gives that figure, so it is
+  not applied; `decode_step_s` (per GPU type, fitted by calibration from a profile or run) is where a
+  measured figure goes.
+- Rows whose lengths are not published (verl's H20 tables, AReaL's blog): the CSV's rule (half the limit)
+  is far from what the sources' own phase times imply (verl's 270 s update_actor for 8,192 samples on
+  32 H20 fits about 1.3K tokens per sample, not 14K); these rows and their pairs measure the rule. The
+  sensitivity table shows the pairs' predicted ratios hardly move with the mean: the model finds these
+  H20 runs training-bound (148 TFLOP/s at the Hopper prior's mfu), so halving the training GPUs for an
+  asynchronous split is predicted to slow the step, where verl measured 2-2.7x faster steps. Part of that
+  gap is configuration the plan cannot state (verl fully-async reuses the rollout's log-probs, so no
+  old-log-prob pass; its trainer on 16 GPUs was 1.7x more efficient per GPU than on 32).
+- Training iterations (benchmarks/e2e_validation.py): torchtitan's FSDP rows are predicted ~30% too fast
+  (their collectives now overlap compute, as FSDP2 prefetches; eager kernels and NCCL's share of the SMs
+  are not modelled); Megatron's and NeMo's rows are within ~10%.
+- Memory: the sources publish the allocator's reserved peak; the reserved prediction meets the target,
+  the allocated one is lower by design.
 
 ## Where the model stops
 
