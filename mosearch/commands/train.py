@@ -51,35 +51,22 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _beside(plan_file: str, rel: str) -> Path | None:
-    """A file the plan names (its cluster, its workload): relative to the working directory, else to
-    the plan file's directory; None when neither has it."""
-    return next((c for c in (Path.cwd() / rel, Path(plan_file).resolve().parent / rel) if c.is_file()), None)
-
-
-def _check_against_workload(plan, plan_path: str) -> None:
-    """TP must shard the workload model's heads (one line, exit 2) before any process starts."""
-    from problems.placement.plancheck import check_plan
-    from problems.placement.specs import load_workload
-
-    path = _beside(plan_path, plan.workload.path)
-    if path is not None:
-        check_plan(plan, load_workload(path), None, str(plan_path))
-
-
 def run(args: argparse.Namespace) -> int:
-    from problems.placement.plan import load_plan
+    from problems.placement.planfiles import PlanInputs
+    from problems.placement.plancheck import check_plan
     from trainer.driver import RunConfig
     from trainer.driver import run as train
 
-    plan = load_plan(args.plan)
-    _check_against_workload(plan, args.plan)
+    inputs = PlanInputs.load(args.plan)  # the plan and the specs it names, each read once
+    plan = inputs.plan
+    # the workload is needed: TP must shard its model's heads (one line, exit 2) before any process starts
+    check_plan(plan, inputs.workload(), None, str(args.plan))
     if args.emulate:
         print(emulation_line(plan, args.plan), file=sys.stderr)
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
-    shape = workload_defaults(plan, args.plan) | {k: v for k, v in given.items() if v is not None}
+    shape = workload_defaults(inputs.workload()) | {k: v for k, v in given.items() if v is not None}
     cfg = RunConfig(
         plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
@@ -91,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         weight_sync=args.weight_sync,
     )
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
-    sync_s = model_sync_s(summary, plan, args.plan)
+    sync_s = model_sync_s(summary, inputs)
     if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
         summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
         (Path(cfg.out) / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -104,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
           f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
     for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
         print(line)
-    print_comparison(summary, args.plan, Path(cfg.out))
+    print_comparison(summary, inputs, Path(cfg.out))
     if sync_s is not None and "sync_s" in summary["measured"]:
         print(f"{'sync_s, this run layout':<28}{sync_s:>12.4g}{summary['measured']['sync_s']:>12.4g}"
               f"  (model for the {len(summary['layout']['weight_sync']['engine_regions'])} engine(s) and "
@@ -112,32 +99,13 @@ def run(args: argparse.Namespace) -> int:
     return 130 if summary["status"] == "interrupted" else 0
 
 
-def workload_defaults(plan, plan_file: str) -> dict:
-    """RunConfig fields the plan's workload file gives (model, algorithm, batch shape), read as plain YAML.
-
-    Read leniently: a missing file or key just leaves the command-line default (the workload's
-    own checks are the planner's; here it only fills in defaults).
-    """
-    import yaml
-
-    path = _beside(plan_file, plan.workload.path)
-    if path is None:
-        return {}
-    try:
-        w = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        return {}
-    out = {}
-    if isinstance(w.get("model"), str) and (w["model"] == "tiny" or Path(w["model"]).is_dir()):
-        out["model"] = w["model"]
-    if w.get("algorithm") in ("grpo", "ppo"):
-        out["algo"] = w["algorithm"]
-    for src, dst in (("prompts_per_step", "prompts_per_step"), ("samples_per_prompt", "group_size")):
-        if isinstance(w.get(src), int) and w[src] > 0:
-            out[dst] = w[src]
-    resp = w.get("response_len")
-    if isinstance(resp, dict) and isinstance(resp.get("max"), int):
-        out["max_new_tokens"] = resp["max"]
+def workload_defaults(workload) -> dict:
+    """RunConfig fields the plan's workload gives: its algorithm and batch shape, and the model when
+    it is the tiny one the trainer builds (a preset of a large model names its architecture only)."""
+    out = {"algo": workload.algorithm, "prompts_per_step": workload.prompts_per_step,
+           "group_size": workload.samples_per_prompt, "max_new_tokens": workload.response_max}
+    if workload.model.name == "tiny":
+        out["model"] = "tiny"
     return out
 
 
@@ -176,11 +144,15 @@ def comparison_table(summary: dict, predicted: dict) -> list[tuple[str, str, str
     return [(label, fmt(p), fmt(m), err(p, m)) for label, p, m in rows]
 
 
-def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> None:
+def print_comparison(summary: dict, inputs, out: Path | None = None) -> None:
+    """`inputs`: the run's PlanInputs (or a plan file)."""
+    from problems.placement.planfiles import PlanInputs
     from problems.placement.predict import LOCAL_CLUSTER, predict_run
 
+    if not isinstance(inputs, PlanInputs):
+        inputs = PlanInputs.load(inputs)
     try:
-        predicted, notes = predict_run(plan_file, summary, LOCAL_CLUSTER)
+        predicted, notes = predict_run(inputs.plan_file, summary, LOCAL_CLUSTER, inputs=inputs)
     except (InputError, OSError, ValueError) as err:  # the specs moved since planning: keep the plan's figures
         predicted = summary.get("predicted", {})
         notes = [f"could not re-predict with the run's settings ({err}); the plan's predictions are shown"]
@@ -195,8 +167,11 @@ def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> 
         (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))
 
 
-def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
-    """The performance model's weight-sync time for the layout the run had (None: not a broadcast, or no cluster file)."""
+def model_sync_s(summary: dict, inputs) -> float | None:
+    """The performance model's weight-sync time for the layout the run had (None: not a broadcast, or no
+    cluster file). `inputs`: the run's PlanInputs."""
     from problems.placement.predict import run_sync_s
 
-    return run_sync_s(summary, _beside(plan_file, plan.cluster.path), _beside(plan_file, plan.workload.path))
+    if not inputs.has("cluster"):
+        return None
+    return run_sync_s(summary, inputs.cluster(), inputs.workload().model if inputs.has("workload") else None)
