@@ -163,11 +163,15 @@ class ModelContext:
 
     @property
     def unit_costs(self) -> dict[str, np.ndarray]:
-        """rollout.unit_costs, formed once (efficiencies are read when first asked)."""
+        """Per pool (P,), for one GPU of an engine (divide by its TP): seconds to read the weights, per KV
+        token read, matmul seconds per sequence-step, attention seconds per KV token (the decode roofline
+        of model/rollout.py); formed once, when first asked (after any efficiencies are set)."""
         if "_unit_costs" not in self.__dict__:
-            from problems.placement.model.rollout import unit_costs
-
-            self.__dict__["_unit_costs"] = unit_costs(self)
+            bw = self.hbm * self.eff["decode_eff"]
+            fl = self.flops * self.eff["prefill_eff"]
+            self.__dict__["_unit_costs"] = {
+                "weights": self.weight_bytes / bw, "kv_read": self.kv_bytes_per_token / bw,
+                "flop_seq": 2.0 * (self.matmul_params or self.params) / fl, "flop_kv": 4.0 * self.layers * self.q_dim / fl}
         return self.__dict__["_unit_costs"]
 
     @property

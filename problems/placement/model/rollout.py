@@ -61,16 +61,7 @@ def attn_prefill_op_s(chunk, kv_len, kv_heads, head_dim, heads, tp, flops, hbm, 
 
 
 # ---------------------------------------------------------------- engine level, (N, P) arrays
-UNIT_COSTS = ("weights", "kv_read", "flop_seq", "flop_kv")
-
-
-def unit_costs(ctx: ModelContext) -> dict[str, np.ndarray]:
-    """Per pool (P,), for one GPU (divide by the engine's TP): seconds to read the weights, per KV token
-    read, matmul seconds per sequence-step, attention seconds per KV token."""
-    bw = ctx.hbm * ctx.eff["decode_eff"]
-    fl = ctx.flops * ctx.eff["prefill_eff"]
-    return {"weights": ctx.weight_bytes / bw, "kv_read": ctx.kv_bytes_per_token / bw,
-            "flop_seq": 2.0 * (ctx.matmul_params or ctx.params) / fl, "flop_kv": 4.0 * ctx.layers * ctx.q_dim / fl}
+UNIT_COSTS = ("weights", "kv_read", "flop_seq", "flop_kv")  # ModelContext.unit_costs
 
 
 class EngineCosts:
