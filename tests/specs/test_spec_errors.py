@@ -102,7 +102,7 @@ def test_bad_cluster(tmp_path, capsys, case):
 
 WORKLOAD_CASES = {
     "unknown preset": (GOOD_WORKLOAD.replace("qwen2.5-1.5b", "qwen2.5-1.6b"),
-                       "model: unknown model preset 'qwen2.5-1.6b' (a preset name or an architecture mapping; "
+                       "model: unknown model preset 'qwen2.5-1.6b' (a preset name, a local Hugging Face model directory or an architecture mapping; "
                        "nearest: qwen2.5-1.5b, qwen2.5-14b, qwen2.5-0.5b)"),
     "bad algorithm": (GOOD_WORKLOAD.replace("grpo", "dpo"),
                       "algorithm: got 'dpo' (one of 'grpo' or 'ppo')"),
