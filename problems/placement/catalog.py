@@ -37,6 +37,9 @@ class GPUType(BaseModel):
     mfu: float = Field(gt=0, le=1)
     prefill_eff: float = Field(gt=0, le=1)
     decode_eff: float = Field(gt=0, le=1)
+    attn_eff: float | None = Field(default=None, gt=0, le=1, description=(
+        "achieved share of the 16-bit peak of the fused (flash) attention kernels in training, forward and "
+        "backward; None: at `mfu`"))
     peak_tflops: dict[Precision, float] = Field(
         default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision; `tflops` where absent")
     train_fit: dict[Literal["layer_s", "elementwise_eff"], float] = Field(
@@ -139,11 +142,13 @@ def with_prior(fields: dict) -> dict:
         return fields
     prior, source = prior_efficiencies(gen)
     missing = {k: v for k, v in prior.items() if k not in fields}
-    return {**fields, **missing, "sources": {**fields.get("sources", {}), **{k: source for k in missing}}}
+    attn = f"prior of generation {gen}: {generation_priors()[gen].get('attn_source', '')}"
+    return {**fields, **missing, "sources": {**fields.get("sources", {}),
+                                             **{k: attn if k == "attn_eff" else source for k in missing}}}
 
 
 # efficiency fields a generation prior supplies
-PRIOR_FIELDS = ("mfu", "prefill_eff", "decode_eff", "train_fit", "infer_fit")
+PRIOR_FIELDS = ("mfu", "prefill_eff", "decode_eff", "attn_eff", "train_fit", "infer_fit")
 
 
 @lru_cache(maxsize=1)

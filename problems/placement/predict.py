@@ -318,9 +318,12 @@ def prior_notes(cluster: Cluster) -> list[str]:
     """One line per GPU type whose efficiencies come (partly) from its generation's prior."""
     out = []
     for p in cluster.pools:
-        fields = sorted(k for k, v in p.gpu.sources.items() if str(v).startswith("prior of generation"))
-        if fields:
-            out.append(f"{p.gpu.name}: {', '.join(fields)} from the {p.gpu.sources[fields[0]]}")
+        by_source: dict[str, list[str]] = {}
+        for k, v in sorted(p.gpu.sources.items()):
+            if str(v).startswith("prior of generation"):
+                by_source.setdefault(str(v), []).append(k)
+        for source, fields in by_source.items():
+            out.append(f"{p.gpu.name}: {', '.join(fields)} from the {source}")
     return list(dict.fromkeys(out))
 
 
@@ -347,8 +350,10 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
         e = {k: float(v[i]) for k, v in ctx.eff.items()}
         out.append(f"{p.gpu.name}: mfu {e['mfu']:.2f}, element-wise bandwidth share {e['elementwise_eff']:.2f}, "
                    f"per-layer floor {e['layer_s'] * 1e3:.2f} ms, per-micro-batch {e['microbatch_s'] * 1e3:.2f} ms, "
-                   f"runtime {e['runtime_gb']:.1f} GB, allocator waste {e['alloc_waste']:.0%} of activations"
-                   f" (sources: {', '.join(f'{k}={v}' for k, v in p.gpu.sources.items() if k in ('mfu', 'train_fit'))})")
+                   + (f"flash attention at {e['attn_eff']:.2f} of the peak, its backward 2.5 forwards, "
+                      if ctx.flash else "")
+                   + f"runtime {e['runtime_gb']:.1f} GB, allocator waste {e['alloc_waste']:.0%} of activations"
+                   f" (sources: {', '.join(f'{k}={v}' for k, v in p.gpu.sources.items() if k in ('mfu', 'train_fit', 'attn_eff'))})")
     return out
 
 
@@ -389,8 +394,20 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     # as its engines' generation rate, unlike decode_tokens_s (the engines' steady decode rate)
     out["generated_tokens_s"] = wl.samples_per_step * wl.response_mean / out["rollout_s"]
     out["fits"] = bool(out["peak_mem_frac"] <= 1.0 and out["kv_shortfall"] <= 0.0)
-    out["assumptions"] = prior_notes(cl)
+    out["assumptions"] = prior_notes(cl) + engine_notes(prob.ctx, cl)
     return out
+
+
+def engine_notes(ctx, cluster: Cluster) -> list[str]:
+    """The rollout engine's per-step costs beyond the roofline, per GPU type (model/rollout.py EngineCosts)."""
+    out = []
+    for i, p in enumerate(cluster.pools):
+        e = {k: float(v[i]) for k, v in ctx.eff.items()}
+        out.append(f"{p.gpu.name} engines: host work {e['decode_seq_s'] * 1e6:.1f} us per running sequence and decode "
+                   f"step (vLLM issue 10634: the GPU waits 5-6 ms between steps at batch 256), "
+                   + (f"no CUDA graphs ({e['decode_layer_s'] * 1e6:.0f} us per layer and step)" if e["decode_layer_s"]
+                      else "CUDA graphs on") + ", sampling over the whole vocabulary for each sequence")
+    return list(dict.fromkeys(out))
 
 
 # the cluster an emulated run really runs on: this machine's devices (problems/clusters/local.yaml)

@@ -76,6 +76,8 @@ class GPUTypeSpec(_Spec):
     mfu: float | None = Field(default=None, gt=0, le=1)
     prefill_eff: float | None = Field(default=None, gt=0, le=1)
     decode_eff: float | None = Field(default=None, gt=0, le=1)
+    attn_eff: float | None = Field(default=None, gt=0, le=1, description=(
+        "achieved share of the 16-bit peak of flash attention in training (default: the generation's prior)"))
     generation: str | None = Field(default=None, description="architecture generation (problems/placement/data/"
                                                              "generations.yaml): efficiencies not given come from its prior")
     source: str | None = None

@@ -235,3 +235,68 @@ def test_one_sync_function_scores_a_plan_and_a_run_layout_alike(tmp_path):
     want = layout_sync_s(cl, prob.ctx.weight_bytes, ["r"] * engines, [cl.pools[0].gpu.name] * engines, "r", False,
                          False, prob.workload.model, train)
     assert got == pytest.approx(want, rel=1e-12)
+
+
+# ---------------------------------------------------------------- engine host work, sampler, eager, attention
+def _ctx(tmp_path, **eff):
+    prob = _problem(tmp_path)
+    if eff:
+        from problems.placement.model import build_context
+
+        prob.ctx = build_context(prob.cluster, prob.workload, {"H100": eff})
+    return prob
+
+
+def test_each_running_sequence_adds_its_host_work_and_sampler_passes_to_a_decode_step(tmp_path):
+    from problems.placement.model.rollout import SAMPLER_BYTES_PER_VOCAB, EngineCosts
+
+    prob = _ctx(tmp_path)
+    ctx = prob.ctx
+    c = EngineCosts(ctx, np.array([[1]]))
+    sampler = ctx.vocab * SAMPLER_BYTES_PER_VOCAB / (ctx.hbm[0] * ctx.eff["decode_eff"][0])
+    assert float(c.per_seq[0, 0]) == pytest.approx(21.5e-6 + sampler, rel=1e-12)  # TP 1: no all-reduce share
+    # bandwidth-bound steps (weights dominate): one more sequence costs its per-sequence term and its KV read
+    b, kv = 8.0, 8 * 2000.0
+    extra = float(c.step(b + 1, kv + 2000)[0, 0] - c.step(b, kv)[0, 0])
+    assert extra == pytest.approx(float(c.per_seq[0, 0]) + 2000 * float(c.kv_read[0, 0]), rel=1e-9)
+
+
+def test_host_work_lengthens_a_drain_by_its_sequence_steps(tmp_path):
+    """A cohort that fits at once: the host term adds m x mean x decode_seq_s per engine, nothing else."""
+    from problems.placement.model.rollout import rollout_times
+
+    with_host, without = _ctx(tmp_path), _ctx(tmp_path, decode_seq_s=0.0)
+    f = _fields(with_host)
+    a, b = rollout_times(with_host.ctx, f), rollout_times(without.ctx, f)
+    m = with_host.ctx.samples / 8  # 8 engines of TP 1 share the 512 samples; 64 each fit at once
+    assert a["rollout_s"][0] - b["rollout_s"][0] == pytest.approx(m * with_host.ctx.lengths.mean * 21.5e-6, rel=1e-6)
+
+
+def test_an_eager_engine_pays_its_launches_every_step(tmp_path):
+    from problems.placement.model.params import EAGER_DECODE_LAYER_S
+    from problems.placement.model.rollout import fixed_batch_s
+
+    graphs, eager = _ctx(tmp_path), _ctx(tmp_path, decode_layer_s=EAGER_DECODE_LAYER_S)
+    t0, t1 = fixed_batch_s(graphs.ctx, 1, 8, 32, 128), fixed_batch_s(eager.ctx, 1, 8, 32, 128)
+    assert t1 - t0 == pytest.approx(128 * graphs.ctx.layers * EAGER_DECODE_LAYER_S, rel=1e-9)
+
+
+def test_cpu_devices_keep_the_host_work_in_their_fitted_per_sample_cost(tmp_path):
+    from problems.placement.problem import PlacementProblem
+
+    prob = PlacementProblem.from_files(REPO / "problems/clusters/local.yaml", REPO / "problems/workloads/tiny-grpo.yaml")
+    assert np.all(prob.ctx.eff["decode_seq_s"] == 0.0)
+
+
+def test_flash_attention_runs_at_its_own_efficiency_never_above_mfu():
+    from problems.placement.catalog import gpu_catalog
+
+    base = dict(model="llama3.1-8b", gpu="H100", seq_len=8192, global_batch=8, micro_batch=1, precision="bf16")
+    assert gpu_catalog()["H100"].attn_eff == 0.35 and "FlashAttention" in gpu_catalog()["H100"].sources["attn_eff"]
+    t = {a: predict_training(TrainingJob(**base, efficiencies={"H100": {"attn_eff": a}}))["breakdown"]["train_compute_s"]
+         for a in (0.35, 0.57, 0.9)}
+    assert t[0.35] > t[0.57]
+    assert t[0.9] == pytest.approx(t[0.57], rel=1e-12)  # capped at the catalog's mfu 0.57
+    # the attention part alone scales with 1 / attn_eff: (t(0.35) - t(0.57)) = A (1/0.35 - 1/0.57) x 0.57 ...
+    t_half = predict_training(TrainingJob(**base, efficiencies={"H100": {"attn_eff": 0.285}}))["breakdown"]["train_compute_s"]
+    assert (t_half - t[0.57]) == pytest.approx((t[0.35] - t[0.57]) * (1 / 0.285 - 1 / 0.57) / (1 / 0.35 - 1 / 0.57), rel=1e-6)

@@ -21,7 +21,7 @@ from problems.placement.predict import TrainingJob, predict_plan, predict_traini
 
 H100_HBM = 3.35e12  # bytes/s (catalog)
 NVLINK = 900e9
-UNIT = {"H100": {"mfu": 1.0, "elementwise_eff": 1.0, "layer_s": 0.0}}
+UNIT = {"H100": {"mfu": 1.0, "elementwise_eff": 1.0, "layer_s": 0.0, "attn_eff": 1.0}}
 
 
 def job(**kw) -> TrainingJob:
@@ -33,14 +33,17 @@ def job(**kw) -> TrainingJob:
 
 
 # per sample, one forward, one layer: 2 x (4 h^2 + 2 h ffn + 2 h) x 32 tokens + 4 x 64 x 16 (causal) x 32
-LAYER_F = 2 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) * 32 + 4 * 64 * 16 * 32  # 2,236,416
+ATTN_F = 4 * 64 * 16 * 32  # 131,072: QK^T and AV over half the keys (causal flash attention)
+LAYER_F = 2 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) * 32 + ATTN_F  # 2,236,416
 HEAD_F = 2 * 100 * 64 * 32  # 409,600
-# forward + backward (2 forwards) of 4 samples through 2 layers and the head
-STEP_F = 3 * 4 * (2 * LAYER_F + HEAD_F)  # 58,589,184
+# forward + backward (2 forwards; flash attention's backward 2.5, as it recomputes the scores) of 4 samples
+# through 2 layers and the head
+TRAIN_LAYER_F = 3 * (LAYER_F - ATTN_F) + 3.5 * ATTN_F  # 6,774,784
+STEP_F = 4 * (2 * TRAIN_LAYER_F + 3 * HEAD_F)  # 59,113,472
 
 
 def test_hand_computed_flops():
-    assert LAYER_F == 2_236_416 and STEP_F == 58_589_184
+    assert LAYER_F == 2_236_416 and TRAIN_LAYER_F == 6_774_784 and STEP_F == 59_113_472
 
 
 def test_precision_selects_the_peak():
@@ -59,7 +62,8 @@ def test_precision_selects_the_peak():
 def test_unfused_attention_costs_the_full_context_and_the_scores():
     flash = predict_training(job(attention="flash"))
     unfused = predict_training(job(attention="unfused"))
-    extra_f = 3 * 4 * 2 * (4 * 64 * 16 * 32)  # keys 32 instead of 16 per token
+    # keys 32 instead of 16 per token, and a backward of 2 forwards (flash's is 2.5: it recomputes the scores)
+    extra_f = 4 * 2 * (3 * 2 * ATTN_F - 3.5 * ATTN_F)
     extra_b = 4 * 2 * 32 * 32 * ((10 * 4 + 2) + (13 * 4 + 2))  # fp32 (unfused softmax) score passes
     delta = unfused["breakdown"]["train_compute_s"] - flash["breakdown"]["train_compute_s"]
     assert delta == pytest.approx(extra_f / 67e12 + extra_b / H100_HBM, rel=1e-9)
@@ -82,7 +86,7 @@ def test_gated_mlp_has_three_matrices():
 def _layer_and_head_bf16():
     """One micro-batch (1 sample) through one layer and through the head, bf16, H100, unit efficiencies."""
     ew = 32 * (64 * (10 * 2 + 2) + 64 * (16 * 2 + 2) + 128 * 2 * 2 + 128 * 3 * 2)
-    return 3 * LAYER_F / 989e12 + ew / H100_HBM, 3 * HEAD_F / 989e12
+    return TRAIN_LAYER_F / 989e12 + ew / H100_HBM, 3 * HEAD_F / 989e12
 
 
 @pytest.mark.parametrize("stages", [[1, 3], [2, 2], [3, 1]])

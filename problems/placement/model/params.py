@@ -18,6 +18,17 @@ from problems.placement.specs import Cluster, Workload
 DEFAULTS = {
     # fixed time per decode step of an engine (scheduler, sampling, launch); 0 = pure roofline
     "decode_step_s": 0.0,
+    # host time per running sequence and decode step during which the GPU waits (the engine's scheduler
+    # and output processing work request by request between two steps). vLLM issue 10634 measured the GPU
+    # idle for 5-6 ms between two decode steps of Llama-2-7B at batch 256: 5.5 ms / 256 = 21.5 us per
+    # sequence. Engines that overlap scheduling with the GPU's step (SGLang's overlap scheduler, vLLM's
+    # async scheduling) hide part of it; a calibration from the engine's own steps refits it
+    "decode_seq_s": 21.5e-6,
+    # host time per transformer layer and decode step of an engine run eagerly (no CUDA graphs: every
+    # kernel launched from Python, as vLLM's `enforce_eager` does and verl up to 0.5 set by default); 0 with
+    # CUDA graphs (vLLM's and SGLang's default). vLLM pull request 1440 measured Llama-2-7B (32 layers),
+    # batch 1, 100 output tokens in 1.20 s eager and 1.05 s with CUDA graphs: 1.5 ms per step, 47 us per layer
+    "decode_layer_s": 0.0,
     # fixed time per training micro-batch per pipeline stage (launch, sync, data), beyond the per-layer
     # floor `layer_s`; `mosearch profile` fits it (train_overhead_s), 0 by default
     "microbatch_s": 0.0,
@@ -73,12 +84,20 @@ DEFAULTS = {
 }
 # kinds of device without separate device memory: no offload traffic when switching context
 HOST_MEMORY_KINDS = ("host-memory",)
-# overrides for CPU "devices" (the local cluster): small fixed runtime, no PCIe hop
-KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6, "p2p_latency_s": 50e-6}}
+# overrides for CPU "devices" (the local cluster): small fixed runtime, no PCIe hop; their engine's host work
+# per sequence is in the per-sample cost the calibration fits from measured runs (rollout_sample_s)
+KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6, "p2p_latency_s": 50e-6,
+                                 "decode_seq_s": 0.0}}
+# `decode_layer_s` of an engine run eagerly (vLLM pull request 1440's measurement, see DEFAULTS): what a run
+# or a validation row whose engine has CUDA graphs off sets
+EAGER_DECODE_LAYER_S = 47e-6
 
 # elementwise_eff: achieved share of HBM bandwidth of the training step's element-wise kernels; the
 # catalog's `train_fit` where measured layers give it, else decode_eff
-EFFICIENCY_KEYS = ("mfu", "prefill_eff", "decode_eff", "elementwise_eff", *DEFAULTS)
+# attn_eff: achieved share of the 16-bit peak of flash attention in training (catalog / generation prior,
+# data/generations.yaml), never above mfu; a type without one runs its attention at mfu
+SHARE_KEYS = ("mfu", "prefill_eff", "decode_eff", "elementwise_eff", "attn_eff")
+EFFICIENCY_KEYS = (*SHARE_KEYS, *DEFAULTS)
 
 
 @dataclass
@@ -194,7 +213,7 @@ def build_context(cluster: Cluster, workload: Workload,
         for key, value in over.items():
             if key not in EFFICIENCY_KEYS:
                 raise InputError(None, f"efficiencies.{gpu}.{key}", "unknown efficiency", ", ".join(EFFICIENCY_KEYS))
-            if not np.isfinite(value) or value < 0 or (key in ("mfu", "prefill_eff", "decode_eff", "elementwise_eff") and not 0 < value <= 1):
+            if not np.isfinite(value) or value < 0 or (key in SHARE_KEYS and not 0 < value <= 1):
                 raise InputError(None, f"efficiencies.{gpu}.{key}", f"got {value!r}", "a finite number >= 0 (efficiencies in (0, 1])")
     eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
     for p in pools:
@@ -203,6 +222,7 @@ def build_context(cluster: Cluster, workload: Workload,
         row.update(KIND_DEFAULTS.get(p.gpu.intra_node.kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
         row.setdefault("elementwise_eff", row["decode_eff"])
+        row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
         for k in EFFICIENCY_KEYS:
             eff[k].append(float(row[k]))
     m = workload.model

@@ -34,6 +34,12 @@ from problems.placement.model.reduce import pmax, pmin, psum
 # kernels of one decode step per layer whose floor the operator fit measured (benchmarks/model_validation.py:
 # the q/k/v, output, MLP up and down projections and attention)
 DECODE_KERNELS_PER_LAYER = 5
+# HBM bytes per vocabulary entry the sampler moves for each running sequence and step, read off vLLM V1's
+# sampler (v1/sample/sampler.py) at RL's sampling settings (top-k and top-p off, temperature set): the LM
+# head writes the bf16 logits (2) and the sampler reads them (2), casts to fp32 (write 4), divides by the
+# temperature in place (read and write 8), takes the softmax (8), draws exponential noise (write 4),
+# divides the probabilities by it (read 8, write 4) and takes the argmax (read 4)
+SAMPLER_BYTES_PER_VOCAB = 44.0
 
 
 # ---------------------------------------------------------------- operator level (also validated)
@@ -66,8 +72,11 @@ UNIT_COSTS = ("weights", "kv_read", "flop_seq", "flop_kv")  # ModelContext.unit_
 
 class EngineCosts:
     """Per pool (arrays broadcasting to (N, P)): seconds of one decode step of an engine of `rtp` GPUs as
-    step(b, kv) = max(weights + kv * kv_read, b * flop_seq + kv * flop_kv) + fixed + b * comm_seq
-    for b running sequences holding kv KV tokens in all."""
+    step(b, kv) = max(weights + kv * kv_read, b * flop_seq + kv * flop_kv) + fixed + b * per_seq
+    for b running sequences holding kv KV tokens in all. `per_seq` is what each running sequence adds to a
+    step beyond the matmuls: its share of the TP all-reduces, the sampler's passes over its logits, and the
+    engine's host work for it (`decode_seq_s`); `fixed` holds the all-reduce latencies, the kernels' floors,
+    a fixed host cost per step and, for an engine run eagerly (no CUDA graphs), the launch cost per layer."""
 
     def __init__(self, ctx: ModelContext, rtp):
         e = ctx.eff
@@ -79,12 +88,15 @@ class EngineCosts:
         # or NCCL's low-latency protocol, write to the peers and read theirs, whatever the TP degree)
         tp = r > 1
         self.comm_seq = np.where(tp, 2 * ctx.layers * 2.0 * (r - 1) / r * ctx.hidden * ctx.bpe / ctx.intra, 0.0)
+        # every TP rank samples the whole vocabulary (vLLM gathers the logits, then each rank samples)
+        sampler = ctx.vocab * SAMPLER_BYTES_PER_VOCAB / (ctx.hbm * e["decode_eff"])
+        self.per_seq = self.comm_seq + sampler + e["decode_seq_s"]
         self.fixed = (np.where(tp, 2 * ctx.layers * 2.0 * e["collective_latency_s"], 0.0) + e["decode_step_s"]
-                      + ctx.layers * DECODE_KERNELS_PER_LAYER * e["kernel_s"])
+                      + ctx.layers * (DECODE_KERNELS_PER_LAYER * e["kernel_s"] + e["decode_layer_s"]))
 
     def step(self, b, kv):
         return np.maximum(self.weights + kv * self.kv_read, b * self.flop_seq + kv * self.flop_kv) \
-            + self.fixed + b * self.comm_seq
+            + self.fixed + b * self.per_seq
 
     def prefill(self, tokens, context):
         """Prefill of `tokens` new tokens attending to `context` earlier ones on average, in chunks."""
@@ -98,7 +110,7 @@ def fixed_batch_s(ctx: ModelContext, rtp: int, batch: int, prompt: int, output: 
     prefill, then one decode step per output token at the full batch, the KV cache growing."""
     c = EngineCosts(ctx, np.array([rtp]))
     pick = lambda v: float(np.asarray(v).ravel()[pool] if np.ndim(v) else v)  # noqa: E731
-    w, kvr, fs, fk, fx, cs = (pick(x) for x in (c.weights, c.kv_read, c.flop_seq, c.flop_kv, c.fixed, c.comm_seq))
+    w, kvr, fs, fk, fx, cs = (pick(x) for x in (c.weights, c.kv_read, c.flop_seq, c.flop_kv, c.fixed, c.per_seq))
     s = np.arange(output, dtype=float)
     kv = batch * (prompt + s)
     decode = np.maximum(w + kv * kvr, batch * fs + kv * fk) + fx + batch * cs
@@ -151,7 +163,7 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
         mem = steps * u["weights"][j] + mj * (u["kv_read"][j] * kv_seg)
         comp = mj * (u["flop_seq"][j] * alive + u["flop_kv"][j] * kv_seg)
         drain[:, j] = np.maximum(mem, comp).sum(axis=0) / r[:, j] + np.asarray(c.fixed)[..., j] * steps.sum(axis=0)
-    drain = drain + np.asarray(c.comm_seq) * m * L.mean
+    drain = drain + np.asarray(c.per_seq) * m * L.mean
     sync = np.where(has, prefill + bulk + drain, 0.0)
     steady = np.where(has, prefill + share * L.mean / full * t_full, 0.0)
     rollout_s, bulk_s = pmax(sync), pmax(steady)

@@ -149,7 +149,15 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     act_bytes = mb_eff * tok * ctx.hidden * ctx.bpe
     one_ar = ring_allreduce_s(act_bytes, tp[:, None], ctx.intra, e["collective_latency_s"]) + e["tp_op_s"]
     tp_comm = np.where(tp[:, None] > 1, n_ar * one_ar, 0.0)
-    matmul = (passes * weight_f + sel_f)[:, None] / rate + (passes * attn_f)[:, None] / rate_hp
+    # flash attention: its own kernels' efficiency (`attn_eff`, FlashAttention-2's published share of the
+    # peak), and a backward of 2.5 forwards (it recomputes the scores: five matmuls to the forward's two,
+    # Dao 2023); unfused attention is plain matmuls at mfu, two forwards per backward
+    if ctx.flash:
+        attn_passes = n_fwd + 2.5 * n_bwd
+        rate_attn = rate_hp * (e["attn_eff"] / e["mfu"])
+    else:
+        attn_passes, rate_attn = passes, rate_hp
+    matmul = (passes * weight_f + sel_f)[:, None] / rate + (attn_passes * attn_f)[:, None] / rate_attn
     layer = (mb_eff * matmul + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
              + tp_comm + e["layer_s"])
     head = mb_eff * (passes * head_f)[:, None] / rate_hp
