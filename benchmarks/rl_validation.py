@@ -312,33 +312,43 @@ NOTES = """
   Sailor and Aceso (`benchmarks/model_validation.py`), per GPU type; none on these rows.
 - Inference efficiencies (prefill_eff, decode_eff, kernel floor): vidur's per-operator profiles (H100,
   A100, A40), same script; other GPU types their generation's prior (`data/generations.yaml`).
+- Not fitted, taken from a published measurement or a library's code (`model/params.py`, `model/rollout.py`,
+  `model/training.py`, `data/generations.yaml`): the engine's host work per running sequence and decode step
+  (21.5 us: vLLM issue 10634, 5-6 ms of GPU idle between steps at batch 256); an eager engine's launch cost
+  (47 us per layer and step: vLLM pull request 1440, Llama-2-7B eager vs CUDA graphs), applied to the rows
+  whose framework ran without CUDA graphs at the stated commit (column `eager`); the sampler's 44 bytes per
+  vocabulary entry and sequence (vLLM V1's sampler); flash attention at 35% of the H100's peak and 50% of
+  the A100's (FlashAttention-3 and FlashAttention-2 papers) with a backward of 2.5 forwards; the logits' 22 / 8
+  bytes per vocabulary entry and token (verl's log-prob path, PyTorch's cross-entropy).
 - Response-length shape sigma = 0.32: Seer's published tail statistic (`model/lengths.py`).
 - Nothing else; the CSV's assumption rules were written before the rows were scored and are the same
   for every row.
 
 ## Why the targets are missed (read from the tables above)
 
-- Rows whose lengths are published (RLinf's verl and RLinf runs on 8 H100, verl on 64 H100, the NeMo-RL
-  row): predicted about twice too fast. Generation: the RLinf page measures 261 s of generation where the
-  model gives about 140 s, verl's 64-GPU run 325 s against about 125 s; training is too fast by about 1.5x
-  there too. The engine-level rows bound where the generation error starts: one decode step at batch 1
-  (vLLM blog, H100) is within a few percent, batch 8 (vLLM CI on H200, the FP8-KV blog on H100) 10-30% too
-  fast, and 2023's vLLM on A100-40G about 60% too fast. What the model lacks is per-step engine work that
-  grows with the running batch (scheduling, sampling over a 150K vocabulary with top-k disabled, output
-  processing): about 4 ms per step would close the RLinf rows, but no source gives that figure, so it is
-  not applied; `decode_step_s` (per GPU type, fitted by calibration from a profile or run) is where a
-  measured figure goes.
-- Rows whose lengths are not published (verl's H20 tables, AReaL's blog): the CSV's rule (half the limit)
-  is far from what the sources' own phase times imply (verl's 270 s update_actor for 8,192 samples on
-  32 H20 fits about 1.3K tokens per sample, not 14K); these rows and their pairs measure the rule. The
-  sensitivity table shows the pairs' predicted ratios hardly move with the mean: the model finds these
-  H20 runs training-bound (148 TFLOP/s at the Hopper prior's mfu), so halving the training GPUs for an
-  asynchronous split is predicted to slow the step, where verl measured 2-2.7x faster steps. Part of that
-  gap is configuration the plan cannot state (verl fully-async reuses the rollout's log-probs, so no
-  old-log-prob pass; its trainer on 16 GPUs was 1.7x more efficient per GPU than on 32).
-- Training iterations (benchmarks/e2e_validation.py): torchtitan's FSDP rows are predicted ~30% too fast
-  (their collectives now overlap compute, as FSDP2 prefetches; eager kernels and NCCL's share of the SMs
-  are not modelled); Megatron's and NeMo's rows are within ~10%.
+- Four RL rows publish their samples and lengths (the headline); three of them split the step. Their
+  generation is predicted 16-20% too fast on the two 1.5B runs and 56% too fast on verl's 7B run; their
+  training 30-33% too fast on all three. The generation that remains is not in the roofline: a synchronous
+  rollout's decode steps are bounded by the longest response (27,648 steps here) and each step's GPU time by
+  reading the weights and the live KV cache, which the per-operator profiles measure at 85-98% of the
+  bandwidth at these batches; the 7B run's 325 s over at most 27,648 steps is 11.8 ms a step where the roofline,
+  the kernels' floors, the all-reduces and the host work give about 5 ms. SGLang's per-step costs at this
+  configuration (overlap scheduler, page size 1, FA3 decode at 28K contexts) are not measured by any source
+  found, so nothing is added for them. Training: the 1.5B run's log-prob pass (17.5 s, one forward over
+  7.4M tokens) runs at 23% of the H100's peak; the per-layer fits with FlashAttention-2's published efficiency
+  and the logits' element-wise passes give about 38%. What the rest is (the frameworks' per-micro-batch work
+  over 14K-token sequences, Megatron's vocabulary-parallel loss, recomputation choices) no source separates.
+- The NeMo-RL row (-55%): its page publishes only the step; its split is on the held-out page and not read.
+- Pairs: the one headline pair (verl and RLinf on the same 8 H100, same workload) is within 2%; every other
+  pair needs an unpublished mean length. Those pairs (verl's asynchronous tables, AReaL's blog) are reported
+  outside the targets: verl's own update_actor times imply about 1.3K-token responses where the rule puts
+  14K, so their predicted ratios measure the rule.
+- Training iterations (benchmarks/e2e_validation.py): torchtitan's rows stay 12-30% too fast. The diagnosis
+  that FSDP's overlap is what is missing does not hold: the 8-GPU rows (one node, 8 ms of exposed FSDP traffic
+  predicted) are as far off as the 128-GPU rows (-26% eager, -14% compiled), and the compiled rows are 15%
+  faster than the eager ones, the element-wise kernels torch.compile fuses and the model counts as fused
+  (Korthikanti's set). The runs' H100s are power-capped at 500 W (the CSV's note); no source gives their clocks.
+  Megatron's and NeMo's rows are within ~10-20%.
 - Memory: the sources publish the allocator's reserved peak; the reserved prediction meets the target,
   the allocated one is lower by design.
 
@@ -349,9 +359,9 @@ NOTES = """
 - Partial rollouts (verl fully-async, AReaL's interruptible generation) are what lets an asynchronous
   rollout keep its batch full across steps; the model's async mode assumes it (the drain's excess is
   spread over k + 1 versions), so one-step-off rows without partial rollouts are predicted too fast.
-- Rows whose batch or lengths are not published carry the CSV's rules (half the limit, etc.): their
-  errors measure those rules as much as the model; the targets are also reported on the rows with
-  batch and lengths published.
+- The engine's execution mode (CUDA graphs or eager) is not a plan field: the model assumes CUDA graphs
+  (vLLM's and SGLang's default) unless a calibration sets `decode_layer_s`; this benchmark sets it from the
+  row's framework defaults.
 """
 
 

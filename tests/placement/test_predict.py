@@ -40,6 +40,9 @@ HEAD_F = 2 * 100 * 64 * 32  # 409,600
 # through 2 layers and the head
 TRAIN_LAYER_F = 3 * (LAYER_F - ATTN_F) + 3.5 * ATTN_F  # 6,774,784
 STEP_F = 4 * (2 * TRAIN_LAYER_F + 3 * HEAD_F)  # 59,113,472
+# the logits of each sample's forward and backward through the head, element-wise over the vocabulary
+# (model/training.py LOGIT_BYTES_FWD 22 and _BWD 8 bytes per entry and token)
+LOGIT_B = 32 * 100 * (22 + 8)  # 96,000
 
 
 def test_hand_computed_flops():
@@ -56,7 +59,7 @@ def test_precision_selects_the_peak():
     assert t32 - tf == pytest.approx(STEP_F * (1 / 67e12 - 1 / 494e12), rel=1e-9)
     # and the whole fp32 time: FLOPs at 67 TFLOP/s + element-wise bytes (fp32, plain MLP) at 3.35 TB/s
     ew = 32 * (64 * (10 * 4 + 2) + 64 * (16 * 4 + 2) + 128 * 2 * 4 + 128 * 3 * 4)  # per sample and layer
-    assert t32 == pytest.approx(STEP_F / 67e12 + 4 * 2 * ew / H100_HBM, rel=1e-9)
+    assert t32 == pytest.approx(STEP_F / 67e12 + (4 * 2 * ew + 4 * LOGIT_B) / H100_HBM, rel=1e-9)
 
 
 def test_unfused_attention_costs_the_full_context_and_the_scores():
@@ -86,7 +89,7 @@ def test_gated_mlp_has_three_matrices():
 def _layer_and_head_bf16():
     """One micro-batch (1 sample) through one layer and through the head, bf16, H100, unit efficiencies."""
     ew = 32 * (64 * (10 * 2 + 2) + 64 * (16 * 2 + 2) + 128 * 2 * 2 + 128 * 3 * 2)
-    return TRAIN_LAYER_F / 989e12 + ew / H100_HBM, 3 * HEAD_F / 989e12
+    return TRAIN_LAYER_F / 989e12 + ew / H100_HBM, 3 * HEAD_F / 989e12 + LOGIT_B / H100_HBM
 
 
 @pytest.mark.parametrize("stages", [[1, 3], [2, 2], [3, 1]])

@@ -33,6 +33,16 @@ from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
 
 
+# HBM bytes per vocabulary entry and token that each forward through the LM head moves after its matmul, and
+# each backward: the bf16 logits written (2); forward, read off verl's log-prob path (verl/utils/torch_functional:
+# temperature division in place (4), the fused cross-entropy's read (2), the entropy's softmax (4), logsumexp (2),
+# probability-times-logit product (6) and sum (2)) and PyTorch's cross-entropy of a plain training job (fp32 upcast
+# 6, log-softmax 8, gather) alike at about 22; backward: the fused cross-entropy's gradient (read 2, write 2) and
+# the temperature's (read 2, write 2), 8
+LOGIT_BYTES_FWD = 22.0
+LOGIT_BYTES_BWD = 8.0
+
+
 def pass_counts(ctx: ModelContext, recompute):
     """(forward passes, backward passes) per sample and step, as multiples of one actor forward."""
     rec = recompute.astype(float)
@@ -160,7 +170,12 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     matmul = (passes * weight_f + sel_f)[:, None] / rate + (attn_passes * attn_f)[:, None] / rate_attn
     layer = (mb_eff * matmul + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
              + tp_comm + e["layer_s"])
-    head = mb_eff * (passes * head_f)[:, None] / rate_hp
+    # the logits each pass through the head produces, processed element-wise over the whole vocabulary (a
+    # recomputation re-runs the layers, not the head); vocabulary-parallel over TP
+    rec = f["recompute"].astype(float)
+    logit_bytes = tok * ctx.vocab / tp * ((n_fwd - rec) * LOGIT_BYTES_FWD + n_bwd * LOGIT_BYTES_BWD)
+    head = (mb_eff * (passes * head_f)[:, None] / rate_hp
+            + mb_eff * logit_bytes[:, None] / (ctx.hbm * e["elementwise_eff"]))
     # pipeline p2p: activations forward and gradients back at each stage boundary
     spans = g[:, None] > ctx.gpn
     p2p_bw = np.where(spans, ctx.inter / ctx.gpn, ctx.intra)
