@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -22,6 +22,10 @@ SCHEMA_VERSION = 1
 ExecutionMode = Literal["colocated", "disaggregated", "async"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 SyncRoute = Literal["direct", "staged"]
+# the name sets in their order (the plan vector's indices, problems/placement/encoding.py)
+MODES: tuple[str, ...] = get_args(ExecutionMode)
+SHARDINGS: tuple[str, ...] = get_args(Sharding)
+ROUTES: tuple[str, ...] = get_args(SyncRoute)
 
 
 class _Strict(BaseModel):
