@@ -88,5 +88,10 @@ def run(args) -> int:
         con.print(t)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plan.yaml"
     atomic_write_text(out, plan.to_yaml())
-    con.print(f"Wrote {out}. Run it: mosearch train --plan {out}")
+    ex = (run_.info or {}).get("executor") or "mosearch"
+    if ex == "mosearch":
+        con.print(f"Wrote {out}. Run it: mosearch train --plan {out}")
+    else:
+        con.print(f"Wrote {out} (front searched for {run_.info.get('executor_runs', ex)}). Run it there: "
+                  f"mosearch export {out} --to {ex}")
     return 0

@@ -200,7 +200,7 @@ def resume_run(out: str | Path, progress: bool = True, time_s: float | None = No
 def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSettings, limits: Limits = Limits(),
              on_generation=None, report: bool = True, checkpoint_every: int = ckpt.DEFAULT_EVERY,
              resume: tuple[str, tuple | None] | None = None, resolution: np.ndarray = decide.RESOLUTION,
-             executor: str | None = None) -> PlanOutcome:
+             executor: str | None = None, restriction: bool = True) -> PlanOutcome:
     out = Path(out)
     problem = build_problem(cluster, workload, limits, executor)
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -229,11 +229,11 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         # first population beside the corners (a quarter of it at most)
         known = structured.known()
         seeds_X = np.vstack([seeds_X, structured.population_seeds(settings.pop_size // 4)])
-    restriction = None
-    if problem.executor.external:
+    cost = None
+    if problem.executor.external and restriction:
         from mosearch.planner.restriction import restriction_cost
 
-        restriction = restriction_cost(problem, limits, settings.seed, structured if known is not None else None)
+        cost = restriction_cost(problem, limits, settings.seed, structured if known is not None else None)
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
     result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state, known)
     if len(result.F) == 0:
@@ -246,9 +246,9 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     # the front people read: the epsilon front at the resolution, with the knee on it
     front = np.union1d(decide.epsilon_front(F, resolution), [] if knee is None else [knee]).astype(int)
     t_write = time.perf_counter()
-    if restriction is not None and plans:
-        restriction["front_best"] = max(p.predicted["throughput_samples_s"] for p in plans)
-    problem.restriction = restriction
+    if cost is not None and plans:
+        cost["front_best"] = max(p.predicted["throughput_samples_s"] for p in plans)
+    problem.restriction = cost
     with results.staged(out) as stage:
         files = _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
                               cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None,
@@ -257,7 +257,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
-                       result.evaluations + corners.evaluations, restriction)
+                       result.evaluations + corners.evaluations, cost)
 
 
 def _mark_complete(out: Path, stage: Path) -> None:
@@ -319,6 +319,11 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
                f"{decide.describe_resolution(resolution)}) from {info['evaluations']} evaluations "
                f"({settings.algorithm}, seed {settings.seed}){' - PARTIAL: search interrupted' if result.partial else ''}")
         from mosearch.report import write_report_files
+
+        if info.get("restriction"):
+            from mosearch.planner.restriction import describe
+
+            sub += ". " + describe(info["restriction"])
 
         shown = [plans[i] for i in front]
         files = write_report_files(stage, shown, baselines, None if knee is None else int(np.searchsorted(front, knee)),
