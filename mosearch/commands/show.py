@@ -44,10 +44,11 @@ def run(args) -> int:
 
         print(describe(info["restriction"]))
     if args.with_plan:
-        from mosearch.commands.import_config import against_front, summary
+        from mosearch.commands.import_config import against_front, check_same_problem, summary
         from problems.placement.plan import load_plan
 
         mine = load_plan(args.with_plan)
+        check_same_problem(mine, args.run_dir, args.with_plan)
         if "throughput_samples_s" not in mine.predicted or "cost_usd_h" not in mine.predicted:
             raise InputError(args.with_plan, "predicted", "no predicted throughput and cost",
                              "a plan scored by the model (mosearch import --out, mosearch pick)")

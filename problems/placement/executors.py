@@ -18,7 +18,9 @@ Where each rule comes from (read in the executors' code, see docs/export.md):
 - AReaL 1.0.4: `areal/infra/scheduler/local.py` create_workers (a colocated role needs as many replicas
   as its target: one rollout engine per actor GPU, so TP 1), `areal/infra/utils/launcher.py`
   validate_config_for_distributed_launcher and `infra/launcher/ray.py` (n_nodes x n_gpus_per_node GPUs,
-  generation on whole nodes, vLLM TP within a node), its FSDP engine (always fully sharded), Megatron for
+  generation on whole nodes, vLLM TP within a node); `actor.mb_spec.n_mbs` splits each rank's share into
+  that many micro-batches (the plan's micro-batch only when it divides the share),
+  its FSDP engine (always fully sharded), Megatron for
   pipeline stages, `actor.offload` (between phases only: no optimizer offload during the step).
 - RLinf 0.3.0: `rlinf/utils/placement.py` ModelParallelComponentPlacement (contiguous GPU ranges;
   disaggregated placement needs dedicated `inference` GPUs and a critic apart from the actor, which the
@@ -73,16 +75,16 @@ EXECUTORS: dict[str, Executor] = {
     "mosearch": Executor("mosearch", "mosearch (this project's trainer)"),
     "verl": Executor(
         "verl", "verl 0.9.1 (v1 trainer)", modes=("colocated", "async"),
-        fsdp_shardings=("none", "zero2", "zero3"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
+        fsdp_shardings=("none", "zero2", "zero3", "fsdp"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
         one_rollout_tp=True, streams_chunks=False, staged_sync=False, equal_stages=True, whole_nodes=True,
         nodes="uniform", batch="verl"),
     "areal": Executor(
-        "areal", "AReaL 1.0.4", megatron_on=("pp",), fsdp_shardings=("zero3",), megatron_shardings=("zero1",),
+        "areal", "AReaL 1.0.4", megatron_on=("pp",), fsdp_shardings=("zero3", "fsdp"), megatron_shardings=("zero1",),
         fsdp_offload=False, megatron_offload=False, one_rollout_tp=True, streams_chunks=False, staged_sync=False,
-        equal_stages=True, whole_nodes=True, nodes="logical", colocated_rollout_tp1=True),
+        equal_stages=True, whole_nodes=True, nodes="logical", batch="areal", colocated_rollout_tp1=True),
     "rlinf": Executor(
         "rlinf", "RLinf 0.3.0 (reasoning runner)", modes=("colocated",), megatron_on=("tp", "pp", "critic"),
-        fsdp_shardings=("none", "zero2", "zero3"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
+        fsdp_shardings=("none", "zero2", "zero3", "fsdp"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
         one_rollout_tp=True, streams_chunks=False, staged_sync=False, equal_stages=True, whole_nodes=True,
         nodes="contiguous", batch="rlinf", rollout_tp_le_train_tp=True),
 }
@@ -321,7 +323,7 @@ def violations(ex: Executor, L, f: dict, rc: RuleContext) -> dict[str, np.ndarra
     if ex.batch == "verl":
         unit = np.where(mg, dp * f["micro_batch"], train)
         out["batch"] = rc.samples % np.maximum(unit, 1) != 0
-    elif ex.batch == "rlinf":
+    elif ex.batch in ("rlinf", "areal"):
         out["batch"] = rc.samples % np.maximum(dp * f["micro_batch"], 1) != 0
     n = rc.gpn[None, :]
     parts = node_parts(r, np.where(colo[:, None], 0, t), n)
@@ -402,7 +404,7 @@ def why(ex: Executor, L, f: dict, rc: RuleContext) -> str | None:
             mg = bool(megatron(ex, f["tp"], f["pp"], rc.ppo)[0])
             train = int((f["train_gpus"] + f["shared_gpus"]).sum())
             dp = train // max(int(f["tp"][0] * f["pp"][0]), 1)
-            unit = (f"Megatron DP x micro-batch = {dp} x {int(f['micro_batch'][0])}" if mg or ex.batch == "rlinf"
+            unit = (f"DP x micro-batch = {dp} x {int(f['micro_batch'][0])}" if mg or ex.batch != "verl"
                     else f"the {train} trainer GPUs")
             text = RULE_TEXT[name].format(
                 modes=", ".join(ex.modes), unit=unit, nodes=NODE_TEXT.get(ex.nodes, ""),
