@@ -64,10 +64,10 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         actor["weight_update_mode"] = "disk"
     # the plan takes one optimizer step on the whole step's batch (pipeline_chunks only streams it)
     actor["ppo_n_minibatches"] = 1
-    if ctx.has_workload:
-        # AReaL splits each rank's share of the batch into n_mbs micro-batches of the plan's size
-        per_rank = ctx.prompts_per_step * ctx.samples_per_prompt / t.dp
-        actor["mb_spec"] = {"n_mbs": max(1, math.ceil(per_rank / t.micro_batch))}
+    if ctx.prompt_len is not None and ctx.response_max is not None:
+        # AReaL packs each rank's share into micro-batches of at most max_tokens_per_mb tokens: the plan's
+        # micro-batch of longest samples (n_mbs is a minimum count: 1)
+        actor["mb_spec"] = {"n_mbs": 1, "max_tokens_per_mb": t.micro_batch * (ctx.prompt_len + ctx.response_max)}
     if ctx.algorithm is not None and not ctx.reference:
         actor["kl_ctl"] = 0.0  # no reference model, no KL term (AReaL's default coefficient is 0.1)
     rollout: dict = {

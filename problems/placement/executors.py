@@ -18,8 +18,8 @@ Where each rule comes from (read in the executors' code, see docs/export.md):
 - AReaL 1.0.4: `areal/infra/scheduler/local.py` create_workers (a colocated role needs as many replicas
   as its target: one rollout engine per actor GPU, so TP 1), `areal/infra/utils/launcher.py`
   validate_config_for_distributed_launcher and `infra/launcher/ray.py` (n_nodes x n_gpus_per_node GPUs,
-  generation on whole nodes, vLLM TP within a node); `actor.mb_spec.n_mbs` splits each rank's share into
-  that many micro-batches (the plan's micro-batch only when it divides the share),
+  generation on whole nodes, vLLM TP within a node); `actor.mb_spec` packs a rank's share into micro-batches
+  of at most max_tokens_per_mb tokens (none larger than the share),
   its FSDP engine (always fully sharded), Megatron for
   pipeline stages, `actor.offload` (between phases only: no optimizer offload during the step).
 - RLinf 0.3.0: `rlinf/utils/placement.py` ModelParallelComponentPlacement (contiguous GPU ranges;
@@ -249,7 +249,10 @@ def _batch_micro(ex: Executor, L, X: np.ndarray, rc: RuleContext, mg: np.ndarray
     uses_mb = mg if ex.batch == "verl" else np.ones(len(X), dtype=bool)
     lg = X[:, j].astype(np.int64)
     for _ in range(int(lg.max(initial=0)) + 1):
-        bad = uses_mb & (rc.samples % (dp * 2 ** lg) != 0) & (lg > 0)
+        if ex.batch == "areal":  # a micro-batch no larger than a rank's share of the step
+            bad = (dp * 2 ** lg > rc.samples) & (lg > 0)
+        else:
+            bad = uses_mb & (rc.samples % (dp * 2 ** lg) != 0) & (lg > 0)
         if not bad.any():
             break
         lg = np.where(bad, lg - 1, lg)
@@ -323,7 +326,9 @@ def violations(ex: Executor, L, f: dict, rc: RuleContext) -> dict[str, np.ndarra
     if ex.batch == "verl":
         unit = np.where(mg, dp * f["micro_batch"], train)
         out["batch"] = rc.samples % np.maximum(unit, 1) != 0
-    elif ex.batch in ("rlinf", "areal"):
+    elif ex.batch == "areal":
+        out["batch_share"] = dp * f["micro_batch"] > rc.samples
+    elif ex.batch == "rlinf":
         out["batch"] = rc.samples % np.maximum(dp * f["micro_batch"], 1) != 0
     n = rc.gpn[None, :]
     parts = node_parts(r, np.where(colo[:, None], 0, t), n)
@@ -387,6 +392,7 @@ RULE_TEXT = {
     "colocated_tp": "a colocated role has as many replicas as its target (one rollout engine per actor GPU: TP 1)",
     "rollout_tp_le_tp": "its Megatron actor needs rollout TP <= actor TP",
     "batch": "the step's samples divisible by {unit}",
+    "batch_share": "a micro-batch no larger than a data-parallel rank's share of the step (mb_spec packs a rank's share)",
     "nodes": "{nodes}",
 }
 NODE_TEXT = {
@@ -418,8 +424,8 @@ def why(ex: Executor, L, f: dict, rc: RuleContext) -> str | None:
 def _detail(name: str, f: dict, rc: RuleContext) -> str:
     if name == "mode":
         return f" (the plan is {MODES[int(f['mode'][0])]}, staleness bound {int(f['staleness_bound'][0])})"
-    if name == "batch":
-        return f" ({rc.samples} samples per step)"
+    if name in ("batch", "batch_share"):
+        return f" ({rc.samples} samples per step, DP {int((f['train_gpus'] + f['shared_gpus']).sum()) // max(int(f['tp'][0] * f['pp'][0]), 1)}, micro-batch {int(f['micro_batch'][0])})"
     if name == "stages":
         return f" ({rc.layers} layers, PP {int(f['pp'][0])})"
     if name == "sharding":

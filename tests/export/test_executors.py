@@ -5,8 +5,8 @@ and a small 1.5B run on mixed-8, per executor, is exported and started by the ex
 code (tests/export/targets.py): a refusal fails the test, and what the executor asks for (GPUs per
 node and in all, DP, TP/PP, the critic's layout, engines, mode) must be exactly the plan's.
 
-The fronts are searched once per session with a reduced budget (EVALS evaluations, plus the structured
-stage outside it), as `mosearch plan` does, so CI spends its time on the executors' checks.
+The fronts are searched once per session with a reduced budget (conftest.py `fronts`), so CI spends its
+time on the executors' checks.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from problems.errors import NoFeasiblePlan
 from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
 
+from .conftest import EVALS, front_paths as _paths
 from .targets import areal_start, rlinf_start, verl_asks, verl_start
 
 ROOT = Path(__file__).resolve().parents[2]
-EVALS = 600
 CASES = [("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"), ("mixed-64", "llama3.1-70b-ppo"),
          ("mixed-8", "qwen2.5-1.5b-grpo")]
 # AReaL has no optimizer offload during the step and always shards fully: 70B PPO does not fit
@@ -37,31 +37,6 @@ RLINF_BASE = {"runner": {"task_type": "reasoning", "seq_length": 2048},
               "rollout": {"model": {"model_path": "/models/user", "model_type": "qwen2.5"}, "return_logprobs": False,
                           "sglang": {}, "vllm": {}},
               "data": {"max_prompt_length": 1024}, "actor": {"model": {"model_path": "/models/user"}}}
-
-
-def _paths(cluster: str, workload: str) -> tuple[Path, Path]:
-    return ROOT / f"problems/clusters/{cluster}.yaml", ROOT / f"problems/workloads/{workload}.yaml"
-
-
-@pytest.fixture(scope="session")
-def fronts(tmp_path_factory):
-    """(executor, cluster, workload) -> (plans of front.csv, cluster, workload), searched on first use."""
-    from mosearch.planner.run import plan_run
-    from mosearch.planner.search import SearchSettings
-
-    cache: dict = {}
-
-    def get(executor: str, cluster: str, workload: str):
-        key = (executor, cluster, workload)
-        if key not in cache:
-            c, w = _paths(cluster, workload)
-            out = tmp_path_factory.mktemp(f"{executor}-{cluster}-{workload}")
-            settings = SearchSettings(evals=EVALS, seed=0, progress=False)
-            res = plan_run(str(c), str(w), out, settings, report=False, executor=executor, restriction=False)
-            cache[key] = ([res.plans[i] for i in res.front], load_cluster(c), load_workload(w))
-        return cache[key]
-
-    return get
 
 
 @pytest.fixture(scope="session")
