@@ -26,6 +26,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mosearch.export import EXPORTERS
+from mosearch.export import layout as L
+from mosearch.export import verl as V
+
 
 # ------------------------------------------------------------------------------------------- verl
 
@@ -290,3 +294,92 @@ def rlinf_start(cfg: dict, nodes: list[tuple[str, int]], base: dict) -> dict:
 
 
 os.environ.setdefault("RLINF_LOG_LEVEL", "WARNING")
+
+
+# ------------------------------------------------------------------ a plan against what the executor asks
+
+# what a user's RLinf config holds that an export leaves to them (paths, model type)
+RLINF_BASE = {"runner": {"task_type": "reasoning", "seq_length": 2048},
+              "rollout": {"model": {"model_path": "/models/user", "model_type": "qwen2.5"}, "return_logprobs": False,
+                          "sglang": {}, "vllm": {}},
+              "data": {"max_prompt_length": 1024}, "actor": {"model": {"model_path": "/models/user"}}}
+
+
+def _role_gpus(plan, role: str) -> int:
+    return sum(getattr(p, f"{role}_gpus") for p in plan.pools)
+
+
+def _train_gpus(plan) -> int:
+    return _role_gpus(plan, "train") + _role_gpus(plan, "shared")
+
+
+def check_verl(plan, ctx, workload, model_path) -> None:
+    cfg = EXPORTERS["verl"](plan, ctx)
+    config, trainer = verl_start(cfg, V.config_name(plan), model_path)
+    asks = verl_asks(config, trainer)
+    nodes = L.nodes(plan, ctx)
+    colocated = plan.execution.mode == "colocated"
+    t = plan.train
+    role = L.SHARED if colocated else L.TRAIN
+    assert asks["train_nodes"] == L.per_node(nodes, role), "trainer pool != the plan's training GPUs per node"
+    assert sum(asks["train_nodes"]) == _train_gpus(plan)
+    assert asks["rollout_nodes"] == ([] if colocated else L.per_node(nodes, L.ROLLOUT))
+    assert (asks["actor"]["tp"], asks["actor"]["pp"], asks["actor"]["dp"]) == (t.tp, t.pp, t.dp)
+    assert asks["actor"]["cp"] == 1
+    if workload.has_critic:
+        assert asks["critic"] == asks["actor"], "the critic does not train with the actor's layout"
+    else:
+        assert asks["critic"] is None
+    assert asks["engines"] == plan.rollout_engines and asks["rollout_tp"] == L.rollout_tp(plan)[0]
+    assert asks["mode"] == ("sync" if colocated else "separate_async")
+    assert asks["hybrid"] == colocated
+    if not colocated:
+        assert config.trainer.v1.sampler.max_off_policy_threshold == plan.execution.staleness_bound + 1
+    assert config.data.train_batch_size * config.actor_rollout_ref.rollout.n == workload.samples_per_step
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == config.data.train_batch_size  # one step
+
+
+def check_areal(plan, ctx, workload) -> None:
+    got = areal_start(EXPORTERS["areal"](plan, ctx), workload.algorithm)
+    a, t = got["allocs"], plan.train
+    colocated = plan.execution.mode == "colocated"
+    actor = a["actor"].parallel
+    assert (actor.dp_size, actor.tp_size, actor.pp_size) == (t.dp, t.tp, t.pp)
+    assert actor.world_size == _train_gpus(plan)
+    r = a["rollout"].parallel
+    assert (r.dp_size, r.tp_size) == (plan.rollout_engines, L.rollout_tp(plan)[0])
+    assert r.world_size == (_role_gpus(plan, "shared") if colocated else _role_gpus(plan, "rollout"))
+    if workload.has_critic:
+        c = a["critic"].parallel
+        assert (c.dp_size, c.tp_size, c.pp_size) == (t.dp, t.tp, t.pp)
+        assert got["workers"]["critic"] == got["workers"]["actor"]
+    assert got["workers"]["actor"] == _train_gpus(plan)
+    assert got["workers"]["rollout"] == plan.rollout_engines
+    cfg = got["config"]
+    assert cfg.cluster.n_nodes * cfg.cluster.n_gpus_per_node == plan.used_gpus
+    legacy = got["legacy"]  # the launchers' one-string form says the same
+    assert (legacy.gen.world_size, legacy.train.world_size) == (r.world_size, actor.world_size)
+    assert legacy.gen.tp_size == r.tp_size and legacy.train.tp_size == t.tp
+    assert cfg.rollout.max_head_offpolicyness == plan.execution.staleness_bound
+    assert cfg.gconfig.n_samples * cfg.train_dataset.batch_size == workload.samples_per_step
+
+
+def check_rlinf(plan, ctx, workload) -> None:
+    nodes = L.nodes(plan, ctx)
+    got = rlinf_start(EXPORTERS["rlinf"](plan, ctx), [(n.gpu, n.size) for n in nodes], RLINF_BASE)
+    pl, t = got["placement"], plan.train
+    assert pl.is_collocated
+    assert pl.actor_world_size == _train_gpus(plan) and pl.rollout_world_size == _train_gpus(plan)
+    assert (pl.actor_tp_size, pl.actor_pp_size, pl.actor_dp_size) == (t.tp, t.pp, t.dp)
+    assert (pl.rollout_tp_size, pl.rollout_dp_size) == (L.rollout_tp(plan)[0], plan.rollout_engines)
+    if workload.has_critic:
+        assert (pl.critic_world_size, pl.critic_tp_size, pl.critic_pp_size) == (pl.actor_world_size, t.tp, t.pp)
+    # every process on GPUs of one node, and the node of the plan's pool for those GPUs
+    for comp, procs in got["placed"].items():
+        for node, gpus, _ in procs:
+            assert max(gpus) < nodes[node].size, (comp, node, gpus)
+            assert all(nodes[node].roles[g] == L.SHARED for g in gpus), (comp, node, gpus)
+    assert got["config"].actor.global_batch_size == workload.samples_per_step  # one optimizer step
+
+
+
