@@ -71,7 +71,7 @@ def _accepted(executor: str, plans, ctx, workload, model_path) -> tuple[int, str
                 check_rlinf(plan, ctx, workload)
             ok += 1
         except Exception as err:  # a refusal, or asking for other GPUs / layout than planned
-            first = first or f"{type(err).__name__}: {str(err).splitlines()[0][:110]}"
+            first = first or f"{type(err).__name__}: {(str(err).splitlines() or ['(no message)'])[0][:110]}"
     return ok, first
 
 

@@ -382,15 +382,15 @@ def violation_count(ex: Executor, L, f: dict, rc: RuleContext) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ one plan
 
 RULE_TEXT = {
-    "mode": "its modes are {modes}",
+    "mode": "one of its modes: {modes}",
     "rollout_tp": "one rollout TP for every engine",
-    "chunks": "no key for streaming the step's batch in chunks (pipeline_chunks 1)",
-    "route": "no key for staged weight sync (route direct)",
+    "chunks": "pipeline_chunks 1 (no key streams the step's batch to training in chunks)",
+    "route": "weight-sync route direct (no key for staged sync)",
     "sharding": "sharding {shardings}",
-    "offload": "no optimizer offload during the step with this backend",
+    "offload": "the optimizer state on the GPUs with this backend (no key offloads it during the step)",
     "stages": "Megatron pipeline stages of equal layer counts (num_layers divisible by PP)",
-    "colocated_tp": "a colocated role has as many replicas as its target (one rollout engine per actor GPU: TP 1)",
-    "rollout_tp_le_tp": "its Megatron actor needs rollout TP <= actor TP",
+    "colocated_tp": "rollout TP 1 when colocated (a colocated role has as many replicas as its target: one engine per actor GPU)",
+    "rollout_tp_le_tp": "rollout TP <= actor TP with Megatron (its Megatron actor asserts it)",
     "batch": "the step's samples divisible by {unit}",
     "batch_share": "a micro-batch no larger than a data-parallel rank's share of the step (mb_spec packs a rank's share)",
     "nodes": "{nodes}",

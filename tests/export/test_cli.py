@@ -49,7 +49,7 @@ def test_a_plan_the_target_cannot_run_is_refused_with_the_nearest_it_can(tmp_pat
     assert main(["export", str(_write(tmp_path, plan)), "--to", "rlinf", "--front", str(front)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"mosearch: {tmp_path / 'plan.yaml'}: executor: RLinf 0.3.0")
-    assert "its modes are colocated (the plan is disaggregated" in err
+    assert "needs one of its modes: colocated (the plan is disaggregated" in err
     assert f"the nearest plan of {front} it can run: p007, 9 samples/s at $30.00/h" in err
 
 
