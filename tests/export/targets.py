@@ -19,6 +19,7 @@ compare it with the plan. A refusal raises.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 from functools import lru_cache
@@ -313,6 +314,22 @@ def _train_gpus(plan) -> int:
     return _role_gpus(plan, "train") + _role_gpus(plan, "shared")
 
 
+def _planned(plan) -> dict:
+    """The knobs of a plan an executor must run as they are (zero3 and fsdp are one level in the model)."""
+    t = plan.train
+    return {"sharding": "zero3" if t.sharding == "fsdp" else t.sharding, "offload": t.optimizer_offload,
+            "recompute": t.recompute, "micro": t.micro_batch, "chunks": plan.execution.pipeline_chunks,
+            "route": plan.weight_sync.route, "mode": (plan.execution.mode, plan.execution.staleness_bound),
+            "rollout_tps": {p.rollout_tp for p in plan.pools if p.rollout_engines},
+            "kv": plan.rollout.kv_mem_frac, "seqs": plan.rollout.max_num_seqs}
+
+
+def assert_runs_as_planned(plan, runs: dict) -> None:
+    want = _planned(plan)
+    diff = {k: (want[k], runs[k]) for k in want if want[k] != runs[k]}
+    assert not diff, f"runs other than planned (plan, executor): {diff}"
+
+
 def check_verl(plan, ctx, workload, model_path) -> None:
     cfg = EXPORTERS["verl"](plan, ctx)
     config, trainer = verl_start(cfg, V.config_name(plan), model_path)
@@ -337,6 +354,21 @@ def check_verl(plan, ctx, workload, model_path) -> None:
         assert config.trainer.v1.sampler.max_off_policy_threshold == plan.execution.staleness_bound + 1
     assert config.data.train_batch_size * config.actor_rollout_ref.rollout.n == workload.samples_per_step
     assert config.actor_rollout_ref.actor.ppo_mini_batch_size == config.data.train_batch_size  # one step
+    actor, r = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    if actor.strategy == "megatron":
+        sharding = "zero1" if actor.megatron.use_distributed_optimizer else "none"
+        offload = bool(OmegaConf.select(actor, "optim.override_optimizer_config.optimizer_cpu_offload", default=False))
+        recompute = actor.megatron.override_transformer_config.recompute_granularity == "full"
+    else:  # FSDP: verl's optimizer_offload / offload_policy are not the plan's CPU Adam during the step
+        fs = actor.fsdp_config
+        sharding = "none" if fs.fsdp_size == 1 else ("zero3" if fs.reshard_after_forward else "zero2")
+        offload, recompute = False, bool(config.actor_rollout_ref.model.enable_gradient_checkpointing)
+    thr = config.trainer.v1.sampler.max_off_policy_threshold
+    mode = ("colocated", 0) if config.trainer.v1.trainer_mode == "sync" else ("async", thr - 1)
+    assert_runs_as_planned(plan, {"sharding": sharding, "offload": offload, "recompute": recompute,
+                                  "micro": actor.ppo_micro_batch_size_per_gpu, "chunks": 1, "route": "direct",
+                                  "mode": mode, "rollout_tps": {r.tensor_model_parallel_size},
+                                  "kv": r.gpu_memory_utilization, "seqs": r.max_num_seqs})
 
 
 def check_areal(plan, ctx, workload) -> None:
@@ -362,6 +394,19 @@ def check_areal(plan, ctx, workload) -> None:
     assert legacy.gen.tp_size == r.tp_size and legacy.train.tp_size == t.tp
     assert cfg.rollout.max_head_offpolicyness == plan.execution.staleness_bound
     assert cfg.gconfig.n_samples * cfg.train_dataset.batch_size == workload.samples_per_step
+    act = cfg.actor
+    sharding = "zero3" if a["actor"].backend == "fsdp" else (
+        "zero1" if act.megatron.ddp.use_distributed_optimizer else "none")  # AReaL's FSDP always shards fully
+    share = math.ceil(workload.samples_per_step / t.dp)
+    longest = cfg.train_dataset.max_length + cfg.gconfig.max_new_tokens
+    cap = act.mb_spec.max_tokens_per_mb
+    micro = min(share, cap // longest if cap else math.ceil(share / act.mb_spec.n_mbs))
+    k = cfg.rollout.max_head_offpolicyness
+    mode = ("colocated", 0) if colocated else (("async", k) if k else ("disaggregated", 0))
+    assert_runs_as_planned(plan, {"sharding": sharding, "offload": False, "recompute": act.gradient_checkpointing,
+                                  "micro": micro, "chunks": 1, "route": "direct", "mode": mode,
+                                  "rollout_tps": {r.tp_size}, "kv": cfg.vllm.gpu_memory_utilization,
+                                  "seqs": cfg.vllm.max_num_seqs})
 
 
 def check_rlinf(plan, ctx, workload) -> None:
@@ -379,7 +424,21 @@ def check_rlinf(plan, ctx, workload) -> None:
         for node, gpus, _ in procs:
             assert max(gpus) < nodes[node].size, (comp, node, gpus)
             assert all(nodes[node].roles[g] == L.SHARED for g in gpus), (comp, node, gpus)
-    assert got["config"].actor.global_batch_size == workload.samples_per_step  # one optimizer step
+    merged = got["config"]
+    assert merged.actor.global_batch_size == workload.samples_per_step  # one optimizer step
+    act = merged.actor
+    if act.training_backend == "megatron":
+        sharding = "zero1" if act.optim.use_distributed_optimizer else "none"
+        offload, recompute = bool(act.optim.optimizer_cpu_offload), act.model.recompute_granularity == "full"
+    else:
+        sharding = {"no_shard": "none", "shard_grad_op": "zero2", "full_shard": "zero3"}[act.fsdp_config.sharding_strategy]
+        offload, recompute = False, bool(act.fsdp_config.gradient_checkpointing)
+    assert_runs_as_planned(plan, {"sharding": sharding, "offload": offload, "recompute": recompute,
+                                  "micro": merged.algorithm.training_batch_size_per_gpu, "chunks": 1,
+                                  "route": "direct", "mode": ("colocated", 0),
+                                  "rollout_tps": {merged.rollout.tensor_parallel_size},
+                                  "kv": merged.rollout.gpu_memory_utilization,
+                                  "seqs": merged.rollout.max_running_requests})
 
 
 
