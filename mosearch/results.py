@@ -38,6 +38,7 @@ from mosearch.decide import COLUMNS
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan
+from problems.placement.planfiles import from_file, rebase
 
 # The contract of front.csv (DESIGN.md, "File contracts"); decision fields follow.
 METRICS = ("throughput_samples_s", "throughput_tokens_s", "cost_usd_h", "usd_per_1k_samples", "peak_mem_frac", "staleness")
@@ -143,7 +144,9 @@ def plan_yaml(plan: Plan) -> str:
 
 
 def write_front(out: Path, plans: list[Plan], front=None) -> None:
-    """`plans`: every plan found; `front`: the rows of it people read (default: all)."""
+    """`plans`: every plan found; `front`: the rows of it people read (default: all). Each file names
+    the plans' specs relative to its own folder (problems.placement.planfiles)."""
+    plans = rebase(plans, Path.cwd(), out)
     shown = plans if front is None else [plans[int(i)] for i in front]
     atomic_write_text(out / "front.csv", front_table(shown))
     atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(shown)}, indent=1) + "\n")
@@ -152,7 +155,7 @@ def write_front(out: Path, plans: list[Plan], front=None) -> None:
     plan_dir = out / "plans"
     plan_dir.mkdir(parents=True, exist_ok=True)
     keep = {f"{p.plan_id}.yaml" for p in plans}
-    texts = [(plan_dir / f"{p.plan_id}.yaml", plan_yaml(p)) for p in plans]
+    texts = [(plan_dir / f"{p.plan_id}.yaml", plan_yaml(p)) for p in rebase(plans, out, plan_dir)]
     # each file is fsynced before its rename; threads overlap those waits (fsync releases the GIL)
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
         list(pool.map(lambda item: atomic_write_text(*item), texts))
@@ -163,7 +166,7 @@ def write_front(out: Path, plans: list[Plan], front=None) -> None:
 
 def write_baselines(out: Path, baselines: dict[str, Plan]) -> None:
     """Baseline planners' plans beside the front, named by planner."""
-    plans = list(baselines.values())
+    plans = rebase(list(baselines.values()), Path.cwd(), out)
     rows = [{"baseline": name, **metric_row(p), **flatten_plan(p)} for name, p in baselines.items()]
     atomic_write_text(out / "baselines.csv", _csv_text(rows, ("baseline", *FRONT_COLUMNS)))
     data = [{"baseline": name, **d} for name, d in zip(baselines, _json_plans(plans))]
@@ -323,7 +326,8 @@ def _read_plans(path: Path, what: str) -> list[tuple[dict, Plan]]:
     try:
         data = json.loads(path.read_text())
         items = data["plans"]
-        return [(d, Plan.model_validate(d["plan"])) for d in items]
+        plans = from_file([Plan.model_validate(d["plan"]) for d in items], path)
+        return list(zip(items, plans))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise InputError(str(path), None, f"cannot read {what}: {err.__class__.__name__}: {err}",
                          "a file written by `mosearch plan`") from None

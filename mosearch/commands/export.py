@@ -10,6 +10,7 @@ from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
 from problems.placement.plancheck import check_plan
+from problems.placement.planfiles import locate
 from problems.placement.specs import load_cluster, load_workload
 from mosearch.export import EXPORTERS, ExportContext, render
 
@@ -28,13 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _find(given: str | None, named: str, plan_path: Path) -> Path | None:
-    """The spec file: as given, else the plan's path as is or relative to the plan's folder."""
-    if given:
-        return Path(given)
-    for cand in (Path(named), plan_path.parent / named):
-        if cand.is_file():
-            return cand
-    return None
+    """The spec file: as given, else where the plan names it (problems.placement.planfiles.locate:
+    beside the plan, else from the working directory); None when it is not there."""
+    return Path(given) if given else locate(named, plan_path)
 
 
 def _warn(msg: str) -> None:

@@ -12,6 +12,7 @@ from mosearch.report.terminal import console, front_table, plan_tables
 from mosearch.results import load_run, objective_matrix
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
+from problems.placement.planfiles import for_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +88,7 @@ def run(args) -> int:
     for t in plan_tables(plan, run_.plans):
         con.print(t)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plan.yaml"
-    atomic_write_text(out, plan.to_yaml())
+    atomic_write_text(out, for_file(plan, out).to_yaml())  # the specs' paths relative to the plan file
     ex = (run_.info or {}).get("executor") or "mosearch"
     if ex == "mosearch":
         con.print(f"Wrote {out}. Run it: mosearch train --plan {out}")

@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from problems.errors import InputError
 
 
@@ -23,8 +21,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--emulate", action="store_true",
                    help="run a plan made for another cluster on this machine, scaled down (GPU types emulated)")
     p.add_argument("--model", default=None, help="'tiny' (built locally) or a local Hugging Face model directory (default: the plan's workload, else tiny)")
-    p.add_argument("--task", default="arithmetic", help="arithmetic | sorting | counting | jsonl:PATH")
-    p.add_argument("--reward", default=None, help="reward function module:function for a user task")
+    p.add_argument("--task", default="arithmetic",
+                   help="arithmetic | sorting | counting, or data: PATH.jsonl, PATH.parquet, a datasets directory "
+                        "(TRL's or verl's columns; docs/training.md)")
+    p.add_argument("--reward", action="append", default=None,
+                   help="reward function: module:function or path/to/file.py[:function] (TRL's, verl's or "
+                        "f(prompt, completion, answer) signature); repeat for several (default: exact match)")
+    p.add_argument("--reward-weights", default=None, help="comma-separated weights, one per --reward (default 1 each)")
+    p.add_argument("--reward-errors", default="raise", choices=["raise", "skip"],
+                   help="a reward that raises stops the run (raise) or its score is left out and counted (skip)")
+    p.add_argument("--no-chat-template", action="store_true",
+                   help="send chat-message prompts as their text instead of through the tokenizer's chat template")
+    p.add_argument("--logger", default="jsonl", help="comma list of jsonl (always), tensorboard, wandb (offline)")
     p.add_argument("--algo", default=None, choices=["grpo", "ppo"])
     p.add_argument("--prompts-per-step", type=int, default=None)
     p.add_argument("--group-size", type=int, default=None, help="samples per prompt")
@@ -53,35 +61,25 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _beside(plan_file: str, rel: str) -> Path | None:
-    """A file the plan names (its cluster, its workload): relative to the working directory, else to
-    the plan file's directory; None when neither has it."""
-    return next((c for c in (Path.cwd() / rel, Path(plan_file).resolve().parent / rel) if c.is_file()), None)
-
-
-def _check_against_workload(plan, plan_path: str) -> None:
-    """TP must shard the workload model's heads (one line, exit 2) before any process starts."""
-    from problems.placement.plancheck import check_plan
-    from problems.placement.specs import load_workload
-
-    path = _beside(plan_path, plan.workload.path)
-    if path is not None:
-        check_plan(plan, load_workload(path), None, str(plan_path))
-
-
 def run(args: argparse.Namespace) -> int:
-    from problems.placement.plan import load_plan
+    from problems.placement.planfiles import PlanInputs
+    from problems.placement.plancheck import check_plan
     from trainer.driver import RunConfig
     from trainer.driver import run as train
 
-    plan = load_plan(args.plan)
-    _check_against_workload(plan, args.plan)
+    inputs = PlanInputs.load(args.plan)  # the plan and the specs it names, each read once
+    plan = inputs.plan
+    # the workload is needed: TP must shard its model's heads (one line, exit 2) before any process starts
+    check_plan(plan, inputs.workload(), None, str(args.plan))
     if args.emulate:
         print(emulation_line(plan, args.plan), file=sys.stderr)
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
-    shape = workload_defaults(plan, args.plan) | {k: v for k, v in given.items() if v is not None}
+    from_workload = workload_defaults(inputs.workload())
+    shape = from_workload | {k: v for k, v in given.items() if v is not None}
+    shape["model_from"] = ("--model" if args.model else f"the workload {inputs.workload().path}"
+                           if "model" in from_workload else "the default")
     cfg = RunConfig(
         plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
@@ -90,10 +88,11 @@ def run(args: argparse.Namespace) -> int:
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
-        weight_sync=args.weight_sync,
+        weight_sync=args.weight_sync, reward_weights=_weights(args.reward_weights), reward_errors=args.reward_errors,
+        chat_template=not args.no_chat_template, loggers=args.logger,
     )
     summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
-    sync_s = model_sync_s(summary, plan, args.plan)
+    sync_s = model_sync_s(summary, inputs)
     if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
         summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
         (Path(cfg.out) / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -106,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
           f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
     for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
         print(line)
-    print_comparison(summary, args.plan, Path(cfg.out))
+    print_comparison(summary, inputs, Path(cfg.out))
     if sync_s is not None and "sync_s" in summary["measured"]:
         print(f"{'sync_s, this run layout':<28}{sync_s:>12.4g}{summary['measured']['sync_s']:>12.4g}"
               f"  (model for the {len(summary['layout']['weight_sync']['engine_regions'])} engine(s) and "
@@ -114,33 +113,26 @@ def run(args: argparse.Namespace) -> int:
     return 130 if summary["status"] == "interrupted" else 0
 
 
-def workload_defaults(plan, plan_file: str) -> dict:
-    """RunConfig fields the plan's workload file gives (model, algorithm, batch shape), read as plain YAML.
-
-    Read leniently: a missing file or key just leaves the command-line default (the workload's
-    own checks are the planner's; here it only fills in defaults).
-    """
-    import yaml
-
-    path = _beside(plan_file, plan.workload.path)
-    if path is None:
-        return {}
-    try:
-        w = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        return {}
-    out = {}
-    if isinstance(w.get("model"), str) and (w["model"] == "tiny" or Path(w["model"]).is_dir()):
-        out["model"] = w["model"]
-    if w.get("algorithm") in ("grpo", "ppo"):
-        out["algo"] = w["algorithm"]
-    for src, dst in (("prompts_per_step", "prompts_per_step"), ("samples_per_prompt", "group_size")):
-        if isinstance(w.get(src), int) and w[src] > 0:
-            out[dst] = w[src]
-    resp = w.get("response_len")
-    if isinstance(resp, dict) and isinstance(resp.get("max"), int):
-        out["max_new_tokens"] = resp["max"]
+def workload_defaults(workload) -> dict:
+    """RunConfig fields the plan's workload gives: its algorithm and batch shape, and the model when it
+    is the tiny one the trainer builds or a model directory (a preset of a large model names its
+    architecture only)."""
+    out = {"algo": workload.algorithm, "prompts_per_step": workload.prompts_per_step,
+           "group_size": workload.samples_per_prompt, "max_new_tokens": workload.response_max}
+    if workload.model_dir is not None:
+        out["model"] = workload.model_dir
+    elif workload.model.name == "tiny":
+        out["model"] = "tiny"
     return out
+
+
+def _weights(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(None, "--reward-weights", f"got {text!r}", "comma-separated numbers, one per --reward") from None
 
 
 def emulation_line(plan, plan_file: str) -> str:
@@ -178,11 +170,15 @@ def comparison_table(summary: dict, predicted: dict) -> list[tuple[str, str, str
     return [(label, fmt(p), fmt(m), err(p, m)) for label, p, m in rows]
 
 
-def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> None:
+def print_comparison(summary: dict, inputs, out: Path | None = None) -> None:
+    """`inputs`: the run's PlanInputs (or a plan file)."""
+    from problems.placement.planfiles import PlanInputs
     from problems.placement.predict import LOCAL_CLUSTER, predict_run
 
+    if not isinstance(inputs, PlanInputs):
+        inputs = PlanInputs.load(inputs)
     try:
-        predicted, notes = predict_run(plan_file, summary, LOCAL_CLUSTER)
+        predicted, notes = predict_run(inputs.plan_file, summary, LOCAL_CLUSTER, inputs=inputs)
     except (InputError, OSError, ValueError) as err:  # the specs moved since planning: keep the plan's figures
         predicted = summary.get("predicted", {})
         notes = [f"could not re-predict with the run's settings ({err}); the plan's predictions are shown"]
@@ -197,72 +193,11 @@ def print_comparison(summary: dict, plan_file: str, out: Path | None = None) -> 
         (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))
 
 
-def model_sync_s(summary: dict, plan, plan_file: str) -> float | None:
-    """The performance model's weight-sync time for the layout the run had: its engines (regions, GPU
-    types), the bytes of one copy it sent, the plan's route, on the plan's cluster. None when the run
-    did not broadcast (the object store) or the cluster file is not found. A colocated run's sync is the
-    hand-over (the engines map the trainer's buckets) when its summary says so."""
-    from problems.placement.specs import load_cluster
+def model_sync_s(summary: dict, inputs) -> float | None:
+    """The performance model's weight-sync time for the layout the run had (None: not a broadcast, or no
+    cluster file). `inputs`: the run's PlanInputs."""
+    from problems.placement.predict import run_sync_s
 
-    ws = summary.get("layout", {}).get("weight_sync") or {}
-    if ws.get("path") != "broadcast" or not ws.get("copy_bytes"):
+    if not inputs.has("cluster"):
         return None
-    path = _beside(plan_file, plan.cluster.path)
-    if path is None:
-        return None
-    cluster = load_cluster(path)
-    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
-        return None
-    handover = ws.get("transport") in ("shared_memory", "cuda_ipc")
-    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
-                         ws["sender_region"], ws["route"] == "staged", handover, _architecture(plan, plan_file),
-                         summary["layout"])
-
-
-def _architecture(plan, plan_file: str):
-    """The plan's model architecture, from its workload file (None when the file is not found)."""
-    from problems.placement.specs import load_workload
-
-    path = _beside(plan_file, plan.workload.path)
-    return None if path is None else load_workload(path).model
-
-
-def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
-                  sender_region: str, staged: bool, handover: bool = False, arch=None, train: dict | None = None
-                  ) -> float:
-    """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
-    source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
-    one, grouped into one pseudo-pool per (GPU type, region); with the model's architecture `arch` and
-    the trainer's layout `train` (a run summary's: tp, pp, dp, sharding), the source's gather of a cut
-    or sharded trainer first."""
-    from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
-    from problems.placement.model.params import DEFAULTS
-
-    regions = cluster.regions
-    keys = list(zip(engine_gpus or [None] * len(engine_regions), engine_regions))
-    pools = list(dict.fromkeys(keys))
-    engines = np.array([[keys.count(k) for k in pools]], dtype=float)
-    eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g, _ in pools]
-    # the source packs at its device's memory bandwidth: the sender region's first pool
-    src = next((p for p in cluster.pools if p.region == sender_region), cluster.pools[0])
-    where = np.array([regions.index(r) for _, r in pools])
-    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines, where,
-                                cluster.region_bw * 1e9, cluster.region_latency, cluster.region_egress / 1e9,
-                                np.array([staged]), len(regions))
-    copies = sync_copies(engines, where, np.array([staged]), len(regions))
-    t = engine_sync_s(route, copy_bytes, engines, copies,
-                      *(np.array([e[k] for e in eff]) for k in ("sync_load_gbs", "sync_overhead_s", "sync_send_gbs",
-                                                                  "p2p_latency_s")),
-                      pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
-                      handover=np.array([handover]))
-    if arch is not None and train:
-        from problems.placement.encoding import SHARDINGS
-        from problems.placement.model.memory import params_sharded
-
-        e = DEFAULTS | cluster.efficiencies.get(src.gpu.name, {})
-        t = t + sync_gather_s(copy_bytes, arch.state_tensors, arch.tp_sharded_tensors,
-                              *(np.array([train.get(k, 1)]) for k in ("tp", "pp", "dp")),
-                              params_sharded(np.array([SHARDINGS.index(train.get("sharding", "none"))])),
-                              *(e[k] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
-                              src.intra_gbs * 1e9)
-    return float(t[0])
+    return run_sync_s(summary, inputs.cluster(), inputs.workload().model if inputs.has("workload") else None)

@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ModelSpec, Pool, Workload, _Spec,
-                                      load_cluster, load_workload, resolve_architecture)
+                                      load_cluster, resolve_architecture)
 from problems.specio import load_model
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
@@ -270,14 +270,6 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
 # ---------------------------------------------------------------- RL step of a plan
 
 
-def _spec_path(plan_file: str | Path, given: str) -> Path:
-    p = Path(given)
-    if p.is_file():
-        return p
-    alt = Path(plan_file).parent / given
-    return alt if alt.is_file() else p
-
-
 def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | None = None, group_size: int | None = None,
                  prompt_len: int | None = None, response_mean: int | None = None, response_max: int | None = None,
                  mini_batches: int = 1, cluster=None, workload=None) -> dict:
@@ -286,12 +278,13 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     `mini_batches` > 1: that many optimizer updates per step, each on a slice of the batch, and no
     elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
     the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
-    from problems.placement.plan import load_plan
+    from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 
-    plan = plan or load_plan(plan_file)
-    cl = cluster or load_cluster(_spec_path(plan_file, plan.cluster.path))
-    wl = workload or load_workload(_spec_path(plan_file, plan.workload.path))
+    inputs = PlanInputs.load(plan_file, plan)
+    plan = inputs.plan
+    cl = cluster or inputs.cluster()
+    wl = workload or inputs.workload()
     changes = {k: v for k, v in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", group_size),
                                  ("prompt_len", prompt_len), ("response_mean", response_mean),
                                  ("response_max", response_max)) if v is not None}
@@ -317,16 +310,19 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
 LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
 
 
-def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER
-                ) -> tuple[dict, list[str]]:
+def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER,
+                inputs=None) -> tuple[dict, list[str]]:
     """(predicted figures, notes) for what a training run actually did, from its summary: its batch
     (prompts x group size), the measured mean prompt and response lengths, the longest response it
     allowed and its optimizer updates per step. An emulated run (`layout.emulated`) is predicted on
     `local_cluster` with the layout it really ran (its engines and data-parallel ranks on this
-    machine's devices) and the model it trained, in fp32 (what the CPU runs)."""
-    from problems.placement.plan import PoolRoles, SpecRef, load_plan
+    machine's devices) and the model it trained, in fp32 (what the CPU runs). `inputs`: the run's
+    PlanInputs (the plan and its specs, already read), else read from `plan_file`."""
+    from problems.placement.plan import PoolRoles, SpecRef
+    from problems.placement.planfiles import PlanInputs
 
-    plan = load_plan(plan_file)
+    inputs = inputs or PlanInputs.load(plan_file)
+    plan = inputs.plan
     run, lay, meas = summary.get("run", {}), summary.get("layout", {}), summary.get("measured", {})
     mean = lambda k: max(1, round(meas[k])) if meas.get(k) else None  # noqa: E731
     kw = dict(prompts_per_step=run.get("prompts_per_step"), group_size=run.get("group_size"),
@@ -335,14 +331,23 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
     if kw["response_max"] is not None and kw["response_mean"] is not None:
         kw["response_max"] = max(kw["response_max"], kw["response_mean"])
     notes = []
-    wl = load_workload(_spec_path(plan_file, plan.workload.path))
+    wl = inputs.workload()
     model = run.get("model")
     presets = model_presets()
     if model and model.lower() in presets and presets[model.lower()].name != wl.model.name:
         wl = dataclasses.replace(wl, model=presets[model.lower()])
         notes.append(f"predicted for the model the run trained ({model}), not the workload's")
     elif model and model.lower() not in presets and model != wl.model.name:
-        notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+        from problems.placement import hfmodel
+
+        d = hfmodel.find(model)  # a model directory: the workload's own, or another one given with --model
+        if d is not None and wl.model_dir is not None and d.resolve() == Path(wl.model_dir).resolve():
+            pass
+        elif d is not None:
+            wl = dataclasses.replace(wl, model=hfmodel.architecture(d))
+            notes.append(f"predicted for the model the run trained ({model}), not the workload's")
+        else:
+            notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
     cluster = None
     if lay.get("emulated") and local_cluster is not None:
         cluster = load_cluster(local_cluster)
@@ -361,4 +366,22 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         wl = dataclasses.replace(wl, precision="fp32")
         notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "
                      f"{cluster.name}'s {pool.gpu.name} devices, fp32")
-    return predict_plan(plan_file, plan=plan, cluster=cluster, workload=wl, **kw), notes
+    return predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw), notes
+
+
+def run_sync_s(summary: dict, cluster: Cluster | None, arch: Architecture | None = None) -> float | None:
+    """The model's weight-sync time for the layout a run had (`model.sync.layout_sync_s`): its engines
+    (regions, GPU types), the bytes of one copy it sent, its route, on the plan's cluster; with the
+    workload's architecture, the source's gather of a cut or sharded trainer first. None when the run did
+    not broadcast (the object store) or no cluster is given (its file was not found). A colocated run's sync is the
+    hand-over (the engines map the trainer's buckets) when its summary says so."""
+    from problems.placement.model.sync import layout_sync_s
+
+    ws = summary.get("layout", {}).get("weight_sync") or {}
+    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or cluster is None:
+        return None
+    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
+        return None
+    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
+                         ws["sender_region"], ws["route"] == "staged", ws.get("transport") in ("shared_memory", "cuda_ipc"),
+                         arch, summary["layout"])

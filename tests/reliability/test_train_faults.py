@@ -50,7 +50,7 @@ def _plan(tmp_path, name="plan.yaml", rollout=1, train=1, gpu="cpu-local", mode=
     plan = {
         "schema_version": 1, "plan_id": name.split(".")[0],
         "cluster": {"name": "local", "path": "problems/clusters/local.yaml", "sha256": "0"},
-        "workload": {"name": "tiny-arithmetic", "path": "problems/workloads/tiny.yaml", "sha256": "0"},
+        "workload": {"name": "tiny-arithmetic", "path": "problems/workloads/tiny-grpo.yaml", "sha256": "0"},
         "pools": [{"pool": f"{gpu}@local", "gpu": gpu, "region": "local", "rollout_gpus": rollout,
                    "train_gpus": train, "shared_gpus": shared, "rollout_tp": 1}],
         "rollout": {"kv_mem_frac": 0.5, "max_num_seqs": 64},

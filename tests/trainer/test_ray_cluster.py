@@ -46,7 +46,7 @@ def _plan(tmp_path, pools, name="plan.yaml"):
     plan = {
         "schema_version": 1, "plan_id": "mixed-cluster",
         "cluster": {"name": "mixed-test", "path": "problems/clusters/mixed-8.yaml", "sha256": "0"},
-        "workload": {"name": "tiny-arithmetic", "path": "problems/workloads/tiny.yaml", "sha256": "0"},
+        "workload": {"name": "tiny-arithmetic", "path": "problems/workloads/tiny-grpo.yaml", "sha256": "0"},
         "pools": pools,
         "rollout": {"kv_mem_frac": 0.5, "max_num_seqs": 64},
         "train": {"dp": dp, "tp": 1, "pp": 1, "sharding": "none", "micro_batch": 16},
