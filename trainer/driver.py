@@ -33,7 +33,7 @@ from trainer.groups import Chunk, Lost, RolloutGroup, Roster, TrainGroup
 from trainer.models.tiny import load_tokenizer, resolve_model
 from trainer.modes import ASYNC, ROLLOUT, TRAIN, Batch
 from trainer.records import Records
-from trainer.recovery import FAULT_ENV, Fault, Recovery, parse_faults
+from trainer.recovery import FAULT_ENV, NODE_POLICIES, Fault, Recovery, RunStopped, parse_faults
 from trainer.tasks import PromptSampler, load_task
 from trainer.timing import StepTimes
 
@@ -72,6 +72,7 @@ class RunConfig:
     progress: bool = True
     sync_bucket_mb: float = 512.0  # weight-sync bucket (trainer/weight_sync.py: BUCKET_BYTES)
     weight_sync: str = "broadcast"  # broadcast (along the plan's route) | object_store (the fallback, by choice)
+    on_node_loss: str = "replace"  # replace | replan | stop (trainer/recovery.py)
 
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
@@ -119,13 +120,15 @@ def _runtime_env() -> dict:
 
 
 class Driver:
-    def __init__(self, cfg: RunConfig, plan: Plan | None = None, log=print):
-        self.cfg, self.log = cfg, log
+    def __init__(self, cfg: RunConfig, plan: Plan | None = None, log=print, replan=None):
+        """`replan(found) -> (plan, plan file)`: a new plan for the surviving cluster after a node
+        loss (mosearch train's re-planner; the trainer does not plan)."""
+        self.cfg, self.log, self.replan = cfg, log, replan
         if cfg.lr_schedule not in LR_SCHEDULES:
             raise InputError(None, "lr_schedule", f"got {cfg.lr_schedule!r}", " | ".join(LR_SCHEDULES))
-        self.plan = plan or load_plan(cfg.plan)
-        ex = self.plan.execution
-        self.mode, self.k, self.chunks = ex.mode, ex.staleness_bound, ex.pipeline_chunks
+        plan = plan or load_plan(cfg.plan)
+        if cfg.on_node_loss not in NODE_POLICIES:
+            raise InputError(None, "on_node_loss", f"got {cfg.on_node_loss!r}", " | ".join(NODE_POLICIES))
         if cfg.backend not in ("vllm", "hf"):
             raise InputError(None, "backend", f"got {cfg.backend!r}", "vllm or hf")
         if cfg.algo not in ("grpo", "ppo"):
@@ -142,13 +145,8 @@ class Driver:
         self.records = Records(self)
         # Refuse a plan for another cluster before any model, actor or placement group is made.
         self.found = P.detect()
-        self.layout = P.layout(self.plan, self.found, cfg.emulate, cfg.plan)
-        if cfg.backend != "vllm" and any(e.tp > 1 for e in self.layout.engines):
-            self.layout.notes.append("rollout tensor parallelism runs as tp=1: the transformers test backend has none")
-        if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
-            raise InputError(cfg.plan, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
-                             + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
-                             "pp = 1 for PPO or a KL reference (pipeline stages run GRPO without KL)")
+        self.plan_file = cfg.plan
+        self._adopt(plan, cfg.emulate)
         self.versions = v = versions(cfg.backend)  # said first (after a refusal's one line): what runs
         log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}")
         self.task = load_task(cfg.task, seed=cfg.seed, reward=cfg.reward, max_new_tokens=cfg.max_new_tokens)
@@ -175,6 +173,10 @@ class Driver:
         self.rank_info: list[dict] = []
         self.engine_tp: list[int] = []
         self.placed: list[dict] = []
+        self.nodes_lost: list[dict] = []  # node losses survived (replaced or re-planned)
+        self.nodes: dict[str, dict] = {}  # Ray's nodes seen alive at set-up (id -> address, GPU resources)
+        self.since_step = 0  # the step the current plan's measurement starts after (a re-plan moves it)
+        self.stopped: str | None = None  # why the run stopped (RunStopped), resumable
         self._pgs: list = []
         self._ray_started = False
         self.status = "created"
@@ -194,6 +196,43 @@ class Driver:
         self.train.version = v
 
     # -- set-up ---------------------------------------------------------------------------------
+    def _adopt(self, plan: Plan, emulate: bool) -> None:
+        """Take a plan: its execution mode, and the layout to launch on the cluster found (a plan for
+        another cluster, or one this run cannot honour, is refused in one line)."""
+        cfg = self.cfg
+        self.plan = plan
+        ex = plan.execution
+        self.mode, self.k, self.chunks = ex.mode, ex.staleness_bound, ex.pipeline_chunks
+        self.layout = P.layout(plan, self.found, emulate, self.plan_file)
+        if cfg.backend != "vllm" and any(e.tp > 1 for e in self.layout.engines):
+            self.layout.notes.append("rollout tensor parallelism runs as tp=1: the transformers test backend has none")
+        if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
+            raise InputError(self.plan_file, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
+                             + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
+                             "pp = 1 for PPO or a KL reference (pipeline stages run GRPO without KL)")
+
+    def relaunch(self, plan: Plan, plan_file: str, found: P.Found) -> None:
+        """Set up again for another plan (a re-plan after a node loss): the groups are shut down and
+        placed anew on the cluster as it is; the caller restores the ranks from a checkpoint."""
+        self._shutdown_groups()
+        self.found, self.plan_file = found, plan_file
+        self._adopt(plan, False)
+        P.fit_model(self.layout, self._config())
+        self.setup()
+
+    def placement_groups(self) -> list:
+        """The placement groups our actors sit in (colocated: one, shared)."""
+        pgs = [g.pg for g in (self.rollout, self.train) if g and g.pg is not None]
+        return list({id(pg): pg for pg in pgs}.values())
+
+    def where_placed(self) -> list[dict]:
+        """Where every actor is, as it reports itself (node, resources, region): the run's evidence
+        that each engine and rank sits on a node of its pool's GPU type."""
+        lay = self.layout
+        return [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
+            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.rank_pools)],
+            P.where(self.engines + self.workers))]
+
     def setup(self) -> None:
         import ray
 
@@ -205,7 +244,7 @@ class Driver:
         self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} sharding={lay.sharding} ({lay.world} ranks)")
         for note in lay.notes:
             self.log(f"note: {note}")
-        self._ray_started = P.start_ray(lay, found)
+        self._ray_started = P.start_ray(lay, found) or self._ray_started  # a relaunch finds it running
         pg_r, pg_t = P.placement_groups(lay, found)
         self._pgs = [pg_r] if pg_r is pg_t else [pg_r, pg_t]
         env = _runtime_env()
@@ -233,11 +272,8 @@ class Driver:
         self.train.spawn()
         self.engine_tp = self.rollout.ready()
         self.rank_info = self.train.run("layout_info")
-        # Where every actor landed, as it reports itself (node, resources, region): the run's evidence
-        # that each engine and rank sits on a node of its pool's GPU type.
-        self.placed = [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
-            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.rank_pools)],
-            P.where(self.engines + self.workers))]
+        self.placed = self.where_placed()
+        self.nodes |= P.alive_nodes()
         self.rollout.setup_sync(self.plan, cfg.weight_sync, int(cfg.sync_bucket_mb * 2**20))
         self.strategy = modes.make(self.mode, self.rollout, self.train, cfg, self.k, self.chunks, t.micro_batch,
                                    self._draw, self._score, self.recovery.inject)
@@ -332,6 +368,9 @@ class Driver:
         except KeyboardInterrupt:
             self.status = "interrupted"
             self.log(f"interrupted at step {self.step}; the last checkpoint is kept")
+        except RunStopped as stop:
+            self.status, self.stopped = "stopped", str(stop)
+            self.log(f"stopped at step {self.step}: {stop}")
         finally:
             bar.close()
             self.records.close()
@@ -414,11 +453,7 @@ class Driver:
         """summary.json (trainer/records.py), written and returned."""
         return self.records.summary()
 
-    def shutdown(self) -> None:
-        import ray
-
-        if not ray.is_initialized():
-            return
+    def _shutdown_groups(self) -> None:
         for group in (self.train, self.rollout):
             if group:
                 group.shutdown()
@@ -427,6 +462,13 @@ class Driver:
         for pg in self._pgs:  # reserved, but set-up failed before the groups took them
             remove_placement_group(pg)
         self._pgs = []
+
+    def shutdown(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        self._shutdown_groups()
         if self._ray_started:
             ray.shutdown()
 
@@ -445,10 +487,10 @@ def _progress(total: int, start: int, enabled: bool):
     return tqdm(total=total, initial=start, desc="train", unit="step", disable=not enabled, dynamic_ncols=True)
 
 
-def run(cfg: RunConfig, log=print, plan: Plan | None = None) -> dict:
+def run(cfg: RunConfig, log=print, plan: Plan | None = None, replan=None) -> dict:
     """Set up, train, summarise, tear down; Ctrl-C (SIGINT) ends the loop cleanly. `plan`: the loaded
-    plan (else it is read from cfg.plan)."""
-    driver = Driver(cfg, plan=plan, log=log)
+    plan (else it is read from cfg.plan); `replan`: see Driver."""
+    driver = Driver(cfg, plan=plan, log=log, replan=replan)
     try:
         driver.setup()
         return driver.fit()

@@ -429,3 +429,98 @@ def where(actors: list) -> list[dict]:
     import ray
 
     return ray.get([a.__ray_call__.remote(_here) for a in actors])
+
+
+# -- node loss ------------------------------------------------------------------------------------
+NODE_WAIT_S = 300.0  # a safety net: how long the GCS may take to declare a lost actor dead (its health checks)
+
+
+def _node_record(node: dict) -> dict:
+    return {"node_id": node["NodeID"], "address": node.get("NodeManagerAddress"),
+            "resources": {k: v for k, v in node.get("Resources", {}).items() if k.startswith(("gpu:", "GPU"))}}
+
+
+def dead_node_of(actor_id: str, wait_s: float = NODE_WAIT_S) -> dict | None:
+    """The node an actor of ours went down with: after the GCS has the actor DEAD (waited for,
+    polling: an actor on a lost node is declared dead once the node's health checks fail), the
+    node it ran on, when Ray's node table says that node is no longer alive; None when only the
+    actor died (or the GCS cannot say)."""
+    import time
+
+    import ray
+
+    try:
+        from ray._private.state import state
+    except ImportError:  # another Ray layout: the actor error alone decides
+        return None
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            info = state.actor_table(actor_id) or {}
+        except Exception:  # noqa: BLE001 - the GCS cannot say: treat as an actor loss
+            return None
+        if info.get("State") == "DEAD" or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    node_id = (info.get("Address") or {}).get("NodeID")
+    node = next((n for n in ray.nodes() if n["NodeID"] == node_id), None)
+    return None if node is None or node.get("Alive") else _node_record(node)
+
+
+def alive_nodes() -> dict[str, dict]:
+    """Ray's alive nodes now: node id -> (node id, address, GPU resources)."""
+    import ray
+
+    return {n["NodeID"]: _node_record(n) for n in ray.nodes() if n.get("Alive")}
+
+
+def dead_nodes(known: dict[str, dict]) -> list[dict]:
+    """The nodes of `known` (alive_nodes() of earlier: a dead node's record no longer lists its
+    resources) that Ray's node table no longer has alive."""
+    import ray
+
+    dead = {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+    return [rec for nid, rec in known.items() if nid in dead]
+
+
+def alive() -> Found:
+    """The cluster as it is now (its alive nodes), for re-placing or re-planning after a node loss."""
+    import ray
+
+    return from_nodes(ray.nodes(), os.environ.get("RAY_ADDRESS") or "the current Ray cluster")
+
+
+def wait_placed(pgs: list, wait_s: float = PG_WAIT_S) -> bool:
+    """Wait until Ray has re-placed every bundle of these placement groups (it reschedules the
+    bundles of a lost node on the others when they have room); False if not within `wait_s`."""
+    import time
+
+    from ray.util import placement_group_table
+
+    end = time.monotonic() + wait_s
+    while any(placement_group_table(pg).get("state") != "CREATED" for pg in pgs):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _raylet(_actor) -> tuple[str, int]:
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), os.getppid()
+
+
+def raylet_of(actor) -> tuple[str, int]:
+    """(node id, pid of the raylet) hosting an actor: the actor process's parent (test hook: the
+    fault injection kills a node by that pid)."""
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(_raylet))
+
+
+def dead_actors(actors: list) -> list[int]:
+    """Indices of the actors the GCS has dead."""
+    from ray._private.state import state
+
+    return [i for i, a in enumerate(actors) if (state.actor_table(a._actor_id.hex()) or {}).get("State") == "DEAD"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer import checkpoint as ckpt
+from trainer import reshard
 
 
 class Records:
@@ -86,12 +87,15 @@ class Records:
         root = self.out / "checkpoints"
         tmp = ckpt.staging_dir(root, d.step)
         d.train.run("save", str(tmp / "state.pt"))
+        if d.cfg.on_node_loss == "replan":  # a re-planned layout may not read the ranks' own files
+            d.train.run_each(reshard.save_weights, str(tmp / reshard.WEIGHTS))
         d.recovery.inject("checkpoint", d.step)  # test hook: the ranks' state is staged, not yet committed
         # async: later batches may already be drawn; the checkpoint holds the stream before them
         sampler, draws = d.cursor.get(d.step, (d.sampler.state(), d.draws))
         d.cursor = {k: v for k, v in d.cursor.items() if k >= d.step}
         state = {"step": d.step, "version": d.version, "draws": draws, "sampler": sampler,
-                 "config": asdict(d.cfg), "plan_id": d.plan.plan_id, "row": row}
+                 "config": asdict(d.cfg), "plan_id": d.plan.plan_id, "layout": reshard.layout_key(d.layout),
+                 "row": row}
         path = ckpt.commit(root, tmp, d.step, state)
         ckpt.prune(root)
         return path
@@ -99,7 +103,7 @@ class Records:
     # -- the summary ------------------------------------------------------------------------------
     def summary(self) -> dict:
         d = self.d
-        rows = [r for r in d.history if "time" in r]
+        rows = [r for r in d.history if "time" in r and r["step"] > d.since_step]  # the plan running now
         steady = rows[1:] or rows  # the first step carries engine warm-up
         busy = sum(r["time"]["wall"] - r["time"]["eval"] - r["time"]["checkpoint"] for r in steady)
         measured = {}
@@ -146,6 +150,12 @@ class Records:
             "versions": d.versions, "warnings": list(d.warnings),
             "reward_heldout_last": held[-1] if held else None,
         }
+        if d.nodes_lost:  # survived: replaced, or re-planned (then measured from the new plan's first step)
+            out["nodes_lost"] = list(d.nodes_lost)
+            out["measured_from_step"] = d.since_step + 1
+            out["plan_file"] = str(d.plan_file)
+        if d.stopped:
+            out["stopped"] = d.stopped
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "summary.json").write_text(json.dumps(out, indent=1))
         return out

@@ -49,8 +49,39 @@ def add_parser(subparsers) -> None:
                    help="weight-sync bucket size in MiB (default 512, verl's default); bounds the extra memory")
     p.add_argument("--weight-sync", default="broadcast", choices=["broadcast", "object_store"],
                    help="broadcast along the plan's route (default), or the object-store path (noted in the summary)")
+    p.add_argument("--on-node-loss", default="replace", choices=["replace", "replan", "stop"],
+                   help="when a Ray node is lost: replace (default) re-places its engines and ranks on the surviving "
+                        "nodes where the plan's GPU types still fit; replan runs the planner on the surviving cluster "
+                        "(same workload, limits and pick rule) and continues with the new plan, resharded from the last "
+                        "checkpoint; stop ends with one line giving the resume command (exit 3). Replace or replan "
+                        "that cannot go on stop the same way")
+    p.add_argument("--replan-evals", type=int, default=None,
+                   help="evaluations of a re-plan's search (default 3000)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
+    global _PARSER
+    _PARSER = p
+
+
+_PARSER = None
+EXIT_STOPPED = 3  # a node was lost and the run stopped (--on-node-loss, or no way to go on): resumable
+
+
+def resume_command(args: argparse.Namespace, out: str) -> str:
+    """The command line that continues this run: its own flags (those not at their defaults), --out
+    and --resume."""
+    import shlex
+
+    words = ["mosearch", "train"]
+    for a in _PARSER._actions:
+        if not a.option_strings or a.dest in ("help", "out", "resume"):
+            continue
+        v = getattr(args, a.dest, None)
+        if v == a.default or v is None:
+            continue
+        flag = a.option_strings[0]
+        words += [flag] if v is True else [flag, str(v)]
+    return " ".join(shlex.quote(w) for w in [*words, "--out", out, "--resume"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,9 +108,22 @@ def run(args: argparse.Namespace) -> int:
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
-        weight_sync=args.weight_sync,
+        weight_sync=args.weight_sync, on_node_loss=args.on_node_loss,
     )
-    summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    replan = None
+    if args.on_node_loss == "replan":
+        from mosearch.replan import REPLAN_EVALS, replanner
+
+        replan = replanner(inputs, cfg.out, args.replan_evals or REPLAN_EVALS, log)
+    summary = train(cfg, log=log, plan=plan, replan=replan)
+    if summary["status"] == "stopped":
+        print(f"mosearch: {summary['stopped']}; stopped at step {summary['steps']}, resume with: "
+              f"{resume_command(args, cfg.out)}", file=sys.stderr)
+        return EXIT_STOPPED
+    if summary.get("plan_file") and summary["plan_file"] != str(args.plan):  # re-planned: compare with what ran last
+        inputs = PlanInputs.load(summary["plan_file"])
+        plan = inputs.plan
     sync_s = model_sync_s(summary, inputs)
     if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
         summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
