@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from problems.errors import InputError
@@ -308,10 +309,38 @@ def start_ray(lay: Layout, found: Found) -> bool:
         for k, v in b.items():
             if k != "CPU":
                 resources[k] = resources.get(k, 0) + v
-    ray.init(num_cpus=max(os.cpu_count() or 1, 2 * n_actors + 1), resources=resources,
-             include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1")
+    with _loopback_only():
+        ray.init(num_cpus=max(os.cpu_count() or 1, 2 * n_actors + 1), resources=resources,
+                 include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _node_ip_address="127.0.0.1")
     return True
+
+
+LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextmanager
+def _loopback_only():
+    """While a local Ray starts: its node address is 127.0.0.1, so every listener of its processes
+    (GCS, raylet, object manager, workers, agents, metrics) binds to loopback.
+
+    Ray resolves a given 127.0.0.1 to the machine's routable address (services.resolve_ip_for_localhost)
+    unless its multi-node mode is off, which the variable named here turns off (on Linux as on the
+    systems it is named for): read by this process's Ray at import (so set on the constant too) and by
+    the processes Ray starts now. Restored afterwards: a `ray start --address` later in this process's
+    environment would refuse to join a cluster with it set."""
+    from ray._private import ray_constants
+
+    before_env, before = os.environ.get(LOOPBACK_VAR), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before_env is None:
+            os.environ.pop(LOOPBACK_VAR, None)
+        else:
+            os.environ[LOOPBACK_VAR] = before_env
 
 
 def _type_resources(gpu: str, found: Found, devices: float) -> dict:

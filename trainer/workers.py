@@ -64,7 +64,11 @@ class TrainWorker(WS.SyncEndpoint):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(master_port)
         if world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", rank=rank, world_size=world_size)
+            # the rendezvous store listens on MASTER_ADDR only (torch's binds every interface)
+            store = WS.tcp_store(os.environ["MASTER_ADDR"], master_port, world_size, rank == 0,
+                                 dist.constants.default_pg_timeout)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=store, rank=rank,
+                                    world_size=world_size)
         module = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
         if recompute:  # activation recomputation: HF's layers checkpoint themselves once enabled
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
