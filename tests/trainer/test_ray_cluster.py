@@ -127,7 +127,8 @@ def test_missing_token_is_one_line(cluster, tmp_path):
     assert _one_line(proc) == (
         f"mosearch: RAY_ADDRESS: the Ray cluster at {cluster.address} requires a token and none was found "
         "(set RAY_AUTH_TOKEN to it, or RAY_AUTH_TOKEN_PATH to a file holding it, or put it in ~/.ray/auth_token; "
-        "`ray get-auth-token` on the head prints it)")
+        "`ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN the head was started "
+        "with)")
 
 
 def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
@@ -142,7 +143,8 @@ def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
         check(cluster.address)
     assert err.value.line() == (
         f"RAY_ADDRESS: the Ray cluster at {cluster.address} refused the token from RAY_AUTH_TOKEN "
-        "(use that cluster's token: `ray get-auth-token` on the head prints it)")
+        "(use that cluster's token: `ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or "
+        "RAY_AUTH_TOKEN the head was started with)")
     monkeypatch.delenv("RAY_AUTH_TOKEN")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(cluster.token_file))
     assert check(cluster.address) is True  # the right token: the cluster wants it, and takes it
@@ -152,7 +154,8 @@ def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
     assert err.value.line() == (
         f"RAY_ADDRESS: the Ray cluster at {cluster.address} requires a token but RAY_AUTH_MODE=disabled "
         "(unset RAY_AUTH_MODE and set RAY_AUTH_TOKEN to it, or RAY_AUTH_TOKEN_PATH to a file holding it, or put it "
-        "in ~/.ray/auth_token; `ray get-auth-token` on the head prints it)")
+        "in ~/.ray/auth_token; `ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN "
+        "the head was started with)")
 
 
 def test_gpu_types_absent_is_one_line(cluster, tmp_path):
