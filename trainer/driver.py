@@ -436,7 +436,12 @@ class Driver:
             "gen_tokens": b.gen_tokens, "prompt_tokens": b.prompt_tokens,
             "reward_train": float(np.mean([x.reward for x in samples])) if samples else 0.0,
             "staleness_mean": float(np.mean(stale)) if stale else 0.0, "staleness_max": max(stale, default=0),
-            "stale_dropped": b.dropped, "busy": {"rollout_gen_s": b.gen_s, "train_s": max(st["busy_s"] for st in stats)},
+            "stale_dropped": b.dropped,
+            # engine-seconds generating, and the step's generation time: its busiest engine's (what
+            # the model's rollout phase is; in async mode the rollout phase timed is a wait)
+            "busy": {"rollout_gen_s": b.gen_s, "rollout_gen_wall_s": max(b.gen_by_engine.values(), default=0.0),
+                     "train_s": max(st["busy_s"] for st in stats)},
+            "response_max": max((len(x.completion) for x in samples), default=0),
             "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
             **{k: stats[0][k] for k in ("kl", "value_loss") if k in stats[0]},

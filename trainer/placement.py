@@ -223,6 +223,10 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
     if found.cuda and t.optimizer_offload and not (t.sharding in ("zero3", "fsdp") and plan.train.dp > 1):
         notes.append(f"optimizer_offload with sharding={t.sharding}: the optimizer state stays on the GPU "
                      "(offload is implemented through FSDP2, sharding zero3/fsdp with dp > 1)")
+    if found.ray_address and not found.cuda and not emulated:
+        gpus = sorted({p.gpu for p in plan.pools if p.used_gpus})
+        notes.append(f"CPU run: the cluster's GPU types ({', '.join(gpus)}) are Ray custom resources on nodes without "
+                     "GPUs; all work runs on the CPU, and is predicted for this machine's CPU profile")
     if emulated:
         if len(engines) > EMULATE_MAX_ENGINES:
             notes.append(f"emulated: {len(engines)} rollout engines scaled down to {EMULATE_MAX_ENGINES}")

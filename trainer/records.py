@@ -122,6 +122,8 @@ class Records:
                 "peak_rss_gb": max(max(v for k, v in r["memory"].items() if k.endswith("rss_gb")) for r in steady),
                 "prompt_tokens_mean": sum(r["prompt_tokens"] for r in steady) / max(1, sum(r["samples"] for r in steady)),
                 "response_tokens_mean": sum(r["gen_tokens"] for r in steady) / max(1, sum(r["samples"] for r in steady)),
+                "response_tokens_max": max(r.get("response_max", 0) for r in steady),
+                "rollout_gen_s": float(np.mean([r["busy"].get("rollout_gen_wall_s", 0.0) for r in steady])),
             }
             for key in ("train_gpu_gb", "train_rss_gb"):
                 seen = [r["memory"][key] for r in steady if key in r["memory"]]
@@ -172,5 +174,6 @@ class Records:
                 "stages": [b - a for a, b in (stages[k] for k in sorted(stages))],
                 "params_per_rank": [i["params"] for i in info],
                 "engine_tp": d.engine_tp,  # as each engine reports it
+                "device": "cuda" if d.found.cuda else "cpu",  # what the work ran on
                 "emulated": bool(lay and lay.emulated), "notes": lay.notes if lay else [],
                 "placed": d.placed}

@@ -106,7 +106,11 @@ def test_mixed_plan_lands_on_its_gpu_types_and_regions(cluster, tiny_model, tmp_
         node = nodes[p["node_id"]]
         assert node["resources"].get(f"gpu:{gpu}", 0) >= 1 and node["labels"]["region"] == region, p
         assert p["region"] == region and p["resources"].get(f"gpu:{gpu}") == 1.0, p
-    assert not summary["layout"]["notes"]
+    # the only note: the types are custom resources on nodes without GPUs (flagged, predicted for the CPU)
+    assert summary["layout"]["device"] == "cpu" and summary["layout"]["notes"] == [
+        "CPU run: the cluster's GPU types (A100-80G, H100, L4) are Ray custom resources on nodes without GPUs; "
+        "all work runs on the CPU, and is predicted for this machine's CPU profile"]
+    assert "CPU run (A100-80G, H100, L4 are Ray custom resources on nodes without GPUs)" in proc.stdout
     # as it found it: no placement group left, every resource free again
     assert _reservable(before["available"]) == {"CPU": 8, "gpu:H100": 1, "gpu:L4": 1, "gpu:A100-80G": 2}
     after = _wait_free(cluster, before)
