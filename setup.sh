@@ -27,7 +27,8 @@ fi
 echo "setup: installing into $VENV (rollout engine: $extra build of vLLM)" >&2
 # torch first, pinned, so nothing below resolves a different (multi-GB CUDA) build.
 pip install -q "torch==2.13.0"
-pip install -q -e ".[$extra,dev,targets]"
+# compare: pinned TRL for benchmarks/trainer_bench.py's side-by-side
+pip install -q -e ".[$extra,dev,targets,compare]"
 # The export targets, for the tests that load every export with their own config code. Pure-Python
 # wheels, without their dependencies (those pin other torch/transformers builds); what their config
 # modules import comes from the `targets` extra above.
@@ -46,6 +47,7 @@ fi
 pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 "$VENV/bin/python" -c "import torch, pymoo, ray, mosearch" >/dev/null
+"$VENV/bin/python" -c "import pyarrow, datasets, tensorboard, wandb, trl" >/dev/null
 "$VENV/bin/python" -c "import verl.utils.config, verl.workers.config, areal.api.alloc_mode" >/dev/null
 "$VENV/bin/python" -c "import importlib.util as u, sys; s = u.find_spec('tests'); sys.exit(0 if s and s.origin else 1)" \
     && { echo "setup: a 'tests' package outside tests/ shadows it" >&2; exit 1; }

@@ -34,13 +34,14 @@ def measure(steps: int, prompts_per_step: int, group_size: int, max_new_tokens: 
 
     from trainer.models.tiny import load_tokenizer, resolve_model
     from trainer.models.warmstart import warm_start
-    from trainer.tasks import exact_match, load_task
+    from trainer.rewards import exact_match
+    from trainer.tasks import load_task
 
     torch.set_num_threads(threads)
     task = load_task("arithmetic", seed=seed, max_new_tokens=max_new_tokens)
     path = warm_start(resolve_model("tiny"), task, warm_start_steps, seed)
     tok = load_tokenizer(path)
-    data = Dataset.from_list([{"prompt": tok.bos_token + p, "answer": a} for p, a in task.train])
+    data = Dataset.from_list([{"prompt": tok.bos_token + ex.prompt, "answer": ex.answer} for ex in task.train])
 
     def reward(prompts, completions, answer, **_):
         return [exact_match(p, c, a) for p, c, a in zip(prompts, completions, answer)]

@@ -137,7 +137,7 @@ def params(path: Path) -> int:
 
 def model_sync_s(copy_bytes: float, engines: int = 2, handover: bool = False) -> float:
     """The model's sync_s for this layout on the `local` cluster (its profile's fitted sync figures)."""
-    from mosearch.commands.train import layout_sync_s
+    from problems.placement.model.sync import layout_sync_s
     from problems.placement.specs import load_cluster
 
     c = load_cluster(ROOT / "problems" / "clusters" / "local.yaml")

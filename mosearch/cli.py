@@ -20,6 +20,7 @@ COMMANDS = [
     "import_config",
     "predict",
     "train",
+    "export_model",
     "profile",
 ]
 

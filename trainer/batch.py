@@ -18,6 +18,7 @@ class Sample:
     reward: float
     advantage: float  # GRPO: group-normalised; PPO: unused (GAE in the worker)
     version: int  # policy version the rollout engine generated it with
+    reward_parts: dict | None = None  # each reward function's score (NaN: none), for the metrics
 
 
 def collate(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +30,13 @@ from trainer import modes
 from trainer import placement as P
 from trainer.batch import Sample
 from trainer.groups import Chunk, Lost, RolloutGroup, Roster, TrainGroup
+from trainer.loggers import Loggers
+from trainer.metrics import step_metrics
 from trainer.models.tiny import load_tokenizer, resolve_model
 from trainer.modes import ASYNC, ROLLOUT, TRAIN, Batch
 from trainer.records import Records
 from trainer.recovery import FAULT_ENV, NODE_POLICIES, Fault, Recovery, RunStopped, parse_faults
+from trainer.rewards import fill_unscored
 from trainer.tasks import PromptSampler, load_task
 from trainer.timing import StepTimes
 
@@ -46,8 +49,13 @@ class RunConfig:
     out: str = "runs/train"
     steps: int = 20
     model: str = "tiny"
+    model_from: str | None = None  # where the model choice came from (said with it in the run's first line)
     task: str = "arithmetic"
-    reward: str | None = None  # module:function for a user task
+    reward: str | list[str] | None = None  # reward function(s): module:function or file.py[:function] (trainer/rewards.py)
+    reward_weights: list[float] | None = None  # one per reward (default 1 each)
+    reward_errors: str = "raise"  # raise | skip: a reward that raises stops the run, or its score is left out
+    chat_template: bool = True  # chat-message prompts through the tokenizer's chat template
+    loggers: str = "jsonl"  # comma list: jsonl (always), tensorboard, wandb (offline) (trainer/loggers.py)
     prompts_per_step: int = 32
     group_size: int = 8
     max_new_tokens: int | None = None
@@ -147,9 +155,12 @@ class Driver:
         self.found = P.detect()
         self.plan_file = cfg.plan
         self._adopt(plan, cfg.emulate)
+        log(f"training model {cfg.model}" + (f" (from {cfg.model_from})" if cfg.model_from else ""))
         self.versions = v = versions(cfg.backend)  # said first (after a refusal's one line): what runs
         log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}")
-        self.task = load_task(cfg.task, seed=cfg.seed, reward=cfg.reward, max_new_tokens=cfg.max_new_tokens)
+        self.task = load_task(cfg.task, seed=cfg.seed, reward=cfg.reward, max_new_tokens=cfg.max_new_tokens,
+                              reward_weights=cfg.reward_weights, reward_errors=cfg.reward_errors)
+        self.loggers = Loggers(cfg.loggers, self.out, asdict(cfg))  # checked now: a missing package is one line
         self.model_path = resolve_model(cfg.model)
         P.fit_model(self.layout, self._config())
         if cfg.warm_start_steps:
@@ -157,11 +168,10 @@ class Driver:
 
             self.model_path = warm_start(self.model_path, self.task, cfg.warm_start_steps, cfg.seed)
         self.tok = load_tokenizer(self.model_path)
-        self.bos = [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
         self.eos = self.tok.eos_token_id
-        self.train_ids = [self._encode(p) for p, _ in self.task.train]
+        self.train_ids = self.task.prompt_ids(self.task.train, self.tok, cfg.chat_template)
         self.held = self.task.heldout[: cfg.eval_size]
-        self.held_ids = [self._encode(p) for p, _ in self.held]
+        self.held_ids = self.task.prompt_ids(self.held, self.tok, cfg.chat_template)
         self.sampler = PromptSampler(len(self.task.train), cfg.seed)
         self.step = self.draws = 0  # the policy version is the train group's (Driver.version)
         self.rollout: RolloutGroup | None = None
@@ -183,8 +193,8 @@ class Driver:
         self.warnings: list[str] = []
         self._no_signal = 0  # consecutive steps whose rewards gave no learning signal
 
-    def _encode(self, text: str) -> list[int]:
-        return self.bos + self.tok.encode(text, add_special_tokens=False)
+    def _decode(self, completion: list[int]) -> str:
+        return self.tok.decode([t for t in completion if t != self.eos], skip_special_tokens=True)
 
     @property
     def version(self) -> int:
@@ -308,16 +318,12 @@ class Driver:
         import torch
 
         n = self.cfg.group_size
-        samples, rewards = [], []
-        for j, pi in enumerate(ch.prompt_idx):
-            prompt, answer = self.task.train[pi]
-            for g in range(n):
-                comp = res["completions"][j * n + g]
-                text = self.tok.decode([t for t in comp if t != self.eos], skip_special_tokens=True)
-                r = float(self.task.reward_fn(prompt, text, answer))
-                rewards.append(r)
-                samples.append(Sample(ch.draws[j] * n + g, self.train_ids[pi], comp, res["logprobs"][j * n + g],
-                                      r, 0.0, res["version"]))
+        scored = self.task.score([self.task.train[pi] for pi in ch.prompt_idx for _ in range(n)],
+                                 [self._decode(c) for c in res["completions"]], res["completions"])
+        rewards = fill_unscored(scored.rewards, n)
+        samples = [Sample(ch.draws[j] * n + g, self.train_ids[pi], res["completions"][j * n + g],
+                          res["logprobs"][j * n + g], rewards[j * n + g], 0.0, res["version"], scored.parts[j * n + g])
+                   for j, pi in enumerate(ch.prompt_idx) for g in range(n)]
         if self.cfg.algo == "grpo":
             for s, a in zip(samples, grpo_advantages(torch.tensor(rewards), n).tolist()):
                 s.advantage = a
@@ -328,10 +334,8 @@ class Driver:
         scores, versions = [], []
         for part, res in self.rollout.generate_all(self.held_ids, self.task.max_new_tokens):
             versions.append(res["version"])
-            for i, comp in zip(part, res["completions"]):
-                prompt, answer = self.held[i]
-                text = self.tok.decode([t for t in comp if t != self.eos], skip_special_tokens=True)
-                scores.append(float(self.task.reward_fn(prompt, text, answer)))
+            scored = self.task.score([self.held[i] for i in part], [self._decode(c) for c in res["completions"]])
+            scores += fill_unscored(scored.rewards, 1)
         return {"reward_heldout": float(np.mean(scores)), "heldout_version": min(versions)}
 
     # -- the loop -------------------------------------------------------------------------------
@@ -444,7 +448,7 @@ class Driver:
             "response_max": max((len(x.completion) for x in samples), default=0),
             "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
-            **{k: stats[0][k] for k in ("kl", "value_loss") if k in stats[0]},
+            **step_metrics(samples, stats[0], self.task.rewards.names),
             "signal_groups": _signal_groups(samples, self.cfg.group_size if self.cfg.algo == "grpo" else None),
             "sample_ids": [x.sample_id for x in samples],
         }
@@ -471,6 +475,7 @@ class Driver:
     def shutdown(self) -> None:
         import ray
 
+        self.loggers.close()
         if not ray.is_initialized():
             return
         self._shutdown_groups()

@@ -41,6 +41,7 @@ class Records:
     def write(self, row: dict) -> None:
         self._metrics_f.write(json.dumps(row) + "\n")
         self._metrics_f.flush()
+        self.d.loggers.log(row)  # TensorBoard, wandb (trainer/loggers.py)
 
     def fresh_run_dir(self) -> None:
         """A run without --resume owns its directory: old metrics and checkpoints would mix with its own."""

@@ -5,40 +5,36 @@ Built-in: `arithmetic` (a+b, a-b), `sorting` (sort a few digits), `counting` (co
 distinct prompts (482 train / 128 held-out with the defaults), answers of 1-2 digits. The range
 is what the 2-layer `tiny` model can learn in minutes on a CPU: with operands 0-49 the same
 supervised pass reaches only 0.05 held-out after 300 steps against 0.32 with 0-19.
-A user task is `jsonl:PATH` with one `{"prompt": ..., "answer": ...}` object per line (optional
-`"split": "train"|"heldout"`), plus a reward function `module:function` taking
-`(prompt, completion, answer) -> float`, imported only from the import path the user names.
+A user task is a data source (trainer/data.py: JSONL, parquet, a Hugging Face datasets directory, in
+TRL's, verl's or mosearch's column layout) with reward functions in TRL's, verl's or mosearch's
+signature (trainer/rewards.py), exact match against the row's answer by default.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import random
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass, field
 
 from problems.errors import InputError
-
-RewardFn = Callable[[str, str, str], float]
-
-
-def exact_match(prompt: str, completion: str, answer: str) -> float:
-    """1 when the completion (up to the end of sequence, whitespace-trimmed) is the answer."""
-    return 1.0 if completion.strip() == answer.strip() else 0.0
+from trainer import data as D
+from trainer.data import Example
+from trainer.rewards import RewardSet, Scored
 
 
 @dataclass
 class Task:
     name: str
-    train: list[tuple[str, str]]  # (prompt, answer)
-    heldout: list[tuple[str, str]]
-    reward_fn: RewardFn = exact_match
+    train: list[Example]
+    heldout: list[Example]
+    rewards: RewardSet = field(default_factory=lambda: RewardSet(None))
     max_new_tokens: int = 8
 
-    def rewards(self, prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
-        return [float(self.reward_fn(p, c, a)) for p, c, a in zip(prompts, completions, answers)]
+    def score(self, examples: list[Example], completions: list[str], completion_ids: list | None = None) -> Scored:
+        return self.rewards.score(examples, completions, completion_ids)
+
+    def prompt_ids(self, examples: list[Example], tok, chat_template: bool = True) -> list[list[int]]:
+        """Token ids of each prompt (chat messages through the tokenizer's template)."""
+        return D.render(examples, tok, chat_template, self.name)
 
 
 ARITHMETIC_MAX = 19  # largest operand
@@ -81,55 +77,29 @@ def _split(gen, seed: int, n_train: int, n_heldout: int) -> tuple[list, list]:
     return items[n_heldout:], items[:n_heldout]
 
 
-def load_reward_fn(spec: str) -> RewardFn:
-    if ":" not in spec:
-        raise InputError(None, "reward", f"got {spec!r}", "module:function")
-    mod_name, fn_name = spec.split(":", 1)
-    try:
-        fn = getattr(importlib.import_module(mod_name), fn_name)
-    except (ImportError, AttributeError) as err:
-        raise InputError(None, "reward", f"cannot import {spec!r}: {err}", "an importable module:function") from None
-    if not callable(fn):
-        raise InputError(None, "reward", f"{spec!r} is not callable", "a function (prompt, completion, answer) -> float")
-    return fn
-
-
-def _load_jsonl(path: Path, heldout_frac: float, seed: int) -> tuple[list, list]:
-    if not path.is_file():
-        raise InputError(str(path), None, "no such file", "a JSONL file of {\"prompt\", \"answer\"} objects")
-    train, held, unsplit = [], [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(str(path), f"line {n}", f"invalid JSON: {err.msg}", "one JSON object per line") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise InputError(str(path), f"line {n}.prompt", "missing or not a string", "a prompt string")
-        item = (row["prompt"], str(row.get("answer", "")))
-        {"train": train, "heldout": held}.get(row.get("split"), unsplit).append(item)
-    random.Random(seed).shuffle(unsplit)
-    cut = int(round(len(unsplit) * heldout_frac)) if not held else 0
-    held += unsplit[:cut]
-    train += unsplit[cut:]
-    if not train:
-        raise InputError(str(path), None, "no training prompts", "at least one line")
-    return train, held or train[:1]
-
-
 def load_task(name: str, seed: int = 0, n_train: int = 4000, n_heldout: int = 128,
-              reward: str | None = None, max_new_tokens: int | None = None) -> Task:
-    """A built-in task by name, or `jsonl:PATH` (with `reward=module:function`, default exact match)."""
-    fn = load_reward_fn(reward) if reward else exact_match
-    if name.startswith("jsonl:"):
-        train, held = _load_jsonl(Path(name[len("jsonl:"):]), heldout_frac=0.1, seed=seed)
-        return Task(name, train, held, fn, max_new_tokens or 32)
-    if name not in GENERATORS:
-        raise InputError(None, "task", f"unknown task {name!r}", f"one of {', '.join(BUILTIN)} or jsonl:PATH")
-    gen, default_len = GENERATORS[name]
-    train, held = _split(gen, seed, n_train, n_heldout)
-    return Task(name, train, held, fn, max_new_tokens or default_len)
+              reward: str | list[str] | None = None, max_new_tokens: int | None = None,
+              reward_weights: list[float] | None = None, reward_errors: str = "raise") -> Task:
+    """A built-in task by name, or a data source (`jsonl:PATH`, `parquet:PATH`, `hf:DIR` or a bare path),
+    with its reward functions (default: exact match against each row's answer). Every check that can
+    be made without the model is made here, before any process starts: the data's rows, the columns
+    each reward needs, and one call of each reward on the first prompt with an empty completion."""
+    rewards = RewardSet([reward] if isinstance(reward, str) else reward, reward_weights, reward_errors)
+    source = D.parse_source(name)
+    if source is not None:
+        train, held = D.load_examples(name, seed)
+        default_len = 32
+    elif name in GENERATORS:
+        gen, default_len = GENERATORS[name]
+        pairs_train, pairs_held = _split(gen, seed, n_train, n_heldout)
+        train, held = ([Example(p, {"answer": a}) for p, a in pairs] for pairs in (pairs_train, pairs_held))
+    else:
+        raise InputError(None, "task", f"unknown task {name!r}", f"one of {', '.join(BUILTIN)}, or a data file "
+                         "(PATH.jsonl, PATH.parquet, a datasets directory; or jsonl:, parquet:, hf: PATH)")
+    where = str(source[1]) if source else name
+    rewards.check(train + held, where)
+    rewards.score(train[:1], [""])  # a reward that cannot run at all says so now, not after start-up
+    return Task(name, train, held, rewards, max_new_tokens or default_len)
 
 
 class PromptSampler:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -22,32 +21,13 @@ from trainer import parallel as PL
 from trainer import weight_sync as WS
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
+from trainer.worker_state import WorkerState
 
 
-@dataclass
-class AlgoConfig:
-    name: str = "grpo"  # grpo | ppo
-    lr: float = 1e-4
-    clip_eps: float = 0.2
-    kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds k3 KL
-    decoupled: bool = False  # AReaL's objective: weight by pi_prox / pi_behav (async mode)
-    # several updates per step: the PPO ratio is to the rollout policy (vLLM's log-probs), so later
-    # updates of the same batch are clipped; with one update the ratio is 1 and the clip inert
-    ratio_to_behaviour: bool = False
-    behav_cap: float = 5.0
-    vf_coef: float = 0.5
-    gamma: float = 1.0
-    lam: float = 0.95
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    # "sgd" (plain, no momentum) makes the step linear in the gradient: the layout-equivalence tests
-    # use it, since Adam's first step is ~lr * sign(g) and a CPU's rounding of a near-zero element
-    # flips it
-    optimizer: str = "adamw"  # adamw | sgd
-
-
-class TrainWorker(WS.SyncEndpoint):
-    """One training rank of a dp x tp x pp layout (see `trainer.parallel`)."""
+class TrainWorker(WorkerState):
+    """One training rank of a dp x tp x pp layout (see `trainer.parallel`): the model cut to the layout,
+    the loss (trainer/algorithms.py), micro-batches and the pipeline schedule, the optimizer step.
+    Its weights, context switch and checkpoints are `WorkerState`'s (trainer/worker_state.py)."""
 
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
                  micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0, tp: int = 1, pp: int = 1,
@@ -56,8 +36,13 @@ class TrainWorker(WS.SyncEndpoint):
 
         self.rank, self.world = rank, world_size
         self.tp, self.pp = tp, pp
+        # what a checkpoint's reader needs to rebuild this layout (trainer/export_model.py)
+        self.layout = {"model_path": str(model_path), "world": world_size, "tp": tp, "pp": pp, "sharding": sharding,
+                       "algo": dict(algo), "micro_batch": micro_batch, "pad_id": pad_id,
+                       "optimizer_offload": optimizer_offload}
         self.dp = world_size // (tp * pp)
-        self.cfg = AlgoConfig(**algo)
+        self.cfg = A.AlgoConfig(**algo)
+        self.objective = A.objective(self.cfg)
         self.micro_batch, self.pad_id = micro_batch, pad_id
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         torch.manual_seed(seed)
@@ -96,7 +81,7 @@ class TrainWorker(WS.SyncEndpoint):
                      cuda_offload=optimizer_offload and self.device.type == "cuda")
         self.value_head = None
         params = _unique(self.model.parameters())
-        if self.cfg.name == "ppo":  # critic: a value head on the policy's last hidden state
+        if self.objective.critic:  # a value head on the policy's last hidden state
             self.value_head = torch.nn.Linear(module.config.hidden_size, 1).to(self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
@@ -141,17 +126,23 @@ class TrainWorker(WS.SyncEndpoint):
                 "layers": list(self.bounds), "params": self.params_held}
 
     # -- forward ------------------------------------------------------------------------------
-    def _forward(self, t: dict, model=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-position log-prob of the next token [B, L-1], and values [B, L-1] for PPO."""
+    def _forward(self, t: dict, model=None) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """Per-position log-prob of the next token [B, L-1], the summed entropy of the next-token
+        distributions over the response, and values [B, L-1] with a critic (else None)."""
         model = model or self.model
         out = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"],
                     output_hidden_states=self.value_head is not None and model is not self.ref)
-        logits = out.logits[:, :-1].float()
-        logp = torch.gather(F.log_softmax(logits, -1), 2, t["input_ids"][:, 1:, None]).squeeze(-1)
-        values = None
-        if self.value_head is not None and model is not self.ref:
-            values = self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1)
-        return logp, values
+        return self._token_logp(out.logits, t) + (
+            self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1)
+            if self.value_head is not None and model is not self.ref else None,)
+
+    @staticmethod
+    def _token_logp(logits: torch.Tensor, t: dict, targets: torch.Tensor | None = None) -> tuple:
+        """(log-prob of each next token [B, L-1], summed entropy over the response positions)."""
+        lsm = F.log_softmax(logits[:, :-1].float(), -1)
+        ids = t["input_ids"][:, 1:] if targets is None else targets
+        logp = torch.gather(lsm, 2, ids[..., None]).squeeze(-1)
+        return logp, A.entropy_sum(lsm, t["mask"])
 
     @torch.no_grad()
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
@@ -159,7 +150,7 @@ class TrainWorker(WS.SyncEndpoint):
         t = {k: v.to(self.device) for k, v in collate(samples, self.pad_id).items()}
         if self.module is None:
             raise NotImplementedError("log-probs for checks run on a pp=1 layout")
-        logp, _ = self._forward(t, self.module)
+        logp, _, _ = self._forward(t, self.module)
         out = []
         for r, s in enumerate(samples):
             P = len(s.prompt)
@@ -167,39 +158,24 @@ class TrainWorker(WS.SyncEndpoint):
         return out
 
     def _loss(self, t: dict, n_global: int) -> tuple[torch.Tensor, dict]:
-        logp, values = self._forward(t)
-        loss, stats = self._objective(logp, values, t)
+        logp, ent, values = self._forward(t)
+        loss, stats = self._objective(logp, values, t, ent)
         stats["loss"] = loss.item() / n_global
         # gradients are summed over dp ranks (FSDP2's reduce-scatter averages: undo that), so dividing
         # by the global batch gives the mean over it
         return loss * (self.dp if self.fsdp else 1) / n_global, stats
 
-    def _objective(self, logp: torch.Tensor, values, t: dict) -> tuple[torch.Tensor, dict]:
-        """The summed (not averaged) loss of a micro-batch, from the policy's per-position log-probs."""
-        w = t["weight"]
-        if self.cfg.name == "ppo":
-            mask = (t["mask"] > 0).float()
-            old_v = values.detach() * mask
-            adv, ret = A.gae(A.terminal_rewards(t["reward"], mask), old_v, mask, self.cfg.gamma, self.cfg.lam)
-            adv = A.whiten(adv, mask)
-        else:
-            adv = t["advantage"]
-        behav = t["behav_logp"] if self.cfg.decoupled else None
-        old = t["behav_logp"] if self.cfg.ratio_to_behaviour and not self.cfg.decoupled else logp.detach()
-        loss, stats = A.policy_loss(logp, old, adv, w, self.cfg.clip_eps, behav, self.cfg.behav_cap)
-        if self.cfg.name == "ppo":
-            vl = A.value_loss(values, old_v, ret, w)
-            loss = loss + self.cfg.vf_coef * vl
-            stats["value_loss"] = vl.item() / max(1, t["input_ids"].shape[0])
+    def _objective(self, logp: torch.Tensor, values, t: dict, entropy: float) -> tuple[torch.Tensor, dict]:
+        """The summed (not averaged) loss of a micro-batch (the algorithm's, trainer/algorithms.py) and
+        its statistics' sums, from the policy's per-position log-probs."""
+        ref_logp = None
         if self.ref is not None:
             with torch.no_grad():
-                ref_logp, _ = self._forward(t, self.ref)
-            kl = A.kl_k3(logp, ref_logp, w)
-            loss = loss + self.cfg.kl_coef * kl
-            stats["kl"] = kl.item() / max(1, t["input_ids"].shape[0])
+                ref_logp, _, _ = self._forward(t, self.ref)
+        loss, stats = self.objective.loss(logp, values, t, ref_logp)
         with torch.no_grad():
             stats["behav_abs_diff"] = ((logp - t["behav_logp"]).abs() * (t["mask"] > 0)).sum().item()
-            stats["tokens"] = (t["mask"] > 0).sum().item()
+            stats["entropy_sum"] = entropy
         return loss, stats
 
     # -- a step, possibly in chunks --------------------------------------------------------------
@@ -239,8 +215,8 @@ class TrainWorker(WS.SyncEndpoint):
         """Run the micro-batches through the pipeline stages (1F1B; GPipe if fewer than pp of them)."""
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-        if self.cfg.name == "ppo" or self.ref is not None:
-            raise NotImplementedError("pipeline parallelism runs GRPO without a KL reference")
+        if not self.objective.pipelined or self.ref is not None:
+            raise NotImplementedError(f"pipeline parallelism runs {self.cfg.name} without a critic or a KL reference")
         rows = max(1, max(map(len, parts)))
         # equal micro-batches (the schedule splits the batch evenly): each part padded to `rows`
         t = collate([x for p in parts for x in p + [_DUMMY] * (rows - len(p))], self.pad_id)
@@ -255,10 +231,10 @@ class TrainWorker(WS.SyncEndpoint):
         seen: list[tuple[dict, bool]] = []
 
         def loss_fn(logits, tgt):
-            logp = torch.gather(F.log_softmax(logits[:, :-1].float(), -1), 2, tgt[..., 0].long()[..., None]).squeeze(-1)
             tt = {"weight": tgt[..., 1], "advantage": tgt[:, 0, 2], "behav_logp": tgt[..., 3], "mask": tgt[..., 4],
                   "input_ids": logits}
-            loss, stats = self._objective(logp, None, tt)
+            logp, ent = self._token_logp(logits, tt, tgt[..., 0].long())
+            loss, stats = self._objective(logp, None, tt, ent)
             stats["loss"] = loss.item() / n_global
             seen.append((stats, bool(tt["mask"].sum() > 0)))
             return loss * scale
@@ -349,141 +325,22 @@ class TrainWorker(WS.SyncEndpoint):
             box = [st]
             dist.broadcast_object_list(box, src=self.c.rank(pp_idx=self.pp - 1), group=self.g.pp_group)
             st = box[0]
-        tokens = sum(s["tokens"] for s in st)
-        out = {"grad_norm": grad_norm, "tokens": tokens, "loss": sum(s["loss"] for s in st), "lr": self.opt.param_groups[0]["lr"],
-               "behav_abs_diff_mean": sum(s["behav_abs_diff"] for s in st) / max(1, tokens),
-               "clip_frac": sum(s["clip_frac"] for s in st) / max(1, len(st)),
-               "behav_weight": sum(s["behav_weight"] for s in st) / max(1, len(st))}
-        for k in ("kl", "value_loss"):
-            if st and k in st[0]:
-                out[k] = sum(s[k] for s in st) / len(st)
+        out = {"grad_norm": grad_norm, "lr": self.opt.param_groups[0]["lr"], **A.reduce_stats(self._global_sums(st))}
         self.busy_s += time.perf_counter() - t0
         out["busy_s"], self.busy_s = self.busy_s, 0.0
         return out | self.memory()
 
-    # -- weights, context switch, checkpoints ----------------------------------------------------------
-    @property
-    def replicated(self) -> bool:
-        """Every rank holds the whole model as plain tensors (no TP/PP cut, no FSDP)."""
-        return self.tp == 1 and self.pp == 1 and not self.fsdp
-
-    def iter_full_state(self, bucket_bytes: int):
-        """The full model state in HF naming (tied lm_head included), bucket by bucket: lists of
-        (name, full tensor) of about `bucket_bytes`. A collective when the model is cut or sharded:
-        every rank must iterate it together; each yields the same full tensors. A rank materialises
-        at most one bucket beyond its own shard: TP/FSDP pieces are gathered per tensor inside the
-        stage that holds it, and that stage's rank broadcasts it over the pp group."""
-        held = {self._names[k]: v for k, v in self.model.state_dict().items()}
-        if self.pp > 1 and self.tied and self.c.last:
-            held["model.embed_tokens.weight"] = held.get("lm_head.weight")
-        bucket, size = [], 0
-        for name, (shape, dtype) in self._full_meta.items():
-            t = held.get(name)
-            if t is not None:
-                t = t.detach()
-                t = t.full_tensor() if hasattr(t, "full_tensor") else t
-            if self.pp > 1:
-                src = self._stage_of(name)
-                if t is None or self.c.pp_idx != src:
-                    t = torch.empty(shape, dtype=dtype, device=self.device)
-                dist.broadcast(t, src=self.c.rank(pp_idx=src), group=self.g.pp_group)
-            bucket.append((name, t.to("cpu", copy=True)))
-            size += t.numel() * t.element_size()
-            if size >= bucket_bytes:
-                yield bucket
-                bucket, size = [], 0
-        if bucket:
-            yield bucket
-
-    def _stage_of(self, name: str) -> int:
-        """The pp stage that holds the HF tensor `name` (the tied embedding: stage 0)."""
-        if name.startswith("model.layers."):
-            i = int(name.split(".")[2])
-            return next(s for s, (a, b) in enumerate(PL.stage_bounds(len(self._layer_names()), self.pp)) if a <= i < b)
-        return 0 if name.startswith("model.embed_tokens") else self.pp - 1
-
-    def _layer_names(self) -> set[int]:
-        return {int(k.split(".")[2]) for k in self._full_meta if k.startswith("model.layers.")}
-
-    def state_items(self) -> list:
-        """The full model state dict (tied lm_head included) as (name, tensor) pairs, on CPU. When the
-        model is cut or sharded this is a collective: call it on every rank; rank 0 returns the items,
-        the others an empty list."""
-        if self.replicated:
-            return [(k, v.detach().to("cpu", copy=True)) for k, v in self.module.state_dict().items()]
-        items = [x for b in self.iter_full_state(64 << 20) for x in b]
-        return items if self.rank == 0 else []
-
-    def broadcast_weights(self, version: int, bucket_bytes: int = WS.BUCKET_BYTES) -> dict:
-        """Send weights `version` to the engines over this rank's sync groups (see weight_sync.py).
-        Called on every rank: all gather, the group sources (rank 0) also send. A replica that sources
-        no group has nothing to gather with the others, so it copies nothing (on two CPU cores its copy
-        took a core from an engine's reload; on a GPU it would be a full device-to-host copy)."""
-        if self.replicated and (self._sync is None or not self._sync.send):
-            return WS.send(None, version, iter(()), self.device)
-        return WS.send(self._sync, version, self.iter_full_state(bucket_bytes), self.device)
-
-    def offload(self) -> float:
-        """Colocated context switch, training side: move optimizer state (and on GPU the weights) out.
-
-        On GPU the tensors go to host memory. On CPU there is no device memory to free, so the
-        optimizer moments are packed into one flat holding buffer and the originals released
-        (grads are already None between steps): the measured cost is that copy.
-        """
-        t0 = time.perf_counter()
-        if self._offloaded is None:
-            hold = {}
-            for p, st in self.opt.state.items():
-                for k, v in list(st.items()):
-                    if torch.is_tensor(v) and v.dim() > 0:
-                        hold[(id(p), k)] = v.to("cpu", copy=True)
-                        st[k] = None
-            self._offloaded = hold
-            if self.device.type == "cuda":
-                self.model.to("cpu")
-                torch.cuda.empty_cache()
-        return time.perf_counter() - t0
-
-    def onload(self) -> float:
-        t0 = time.perf_counter()
-        if self._offloaded is not None:
-            if self.device.type == "cuda":
-                self.model.to(self.device)
-            for p, st in self.opt.state.items():
-                for k in list(st.keys()):
-                    if (id(p), k) in self._offloaded:
-                        st[k] = self._offloaded[(id(p), k)].to(self.device)
-            self._offloaded = None
-        return time.perf_counter() - t0
-
-    def _own_file(self, path: str) -> str | None:
-        """Where this rank's checkpoint state goes: replicated ranks share rank 0's file; a cut or
-        sharded layout (or ZeRO-1/2 optimizer state) keeps one file per rank."""
-        per_rank = not self.replicated or self.zero
-        if self.rank == 0:
-            return path
-        return path.replace(".pt", f".rank{self.rank}.pt") if per_rank else None
-
-    def save(self, path: str) -> None:
-        out = self._own_file(path)
-        if out is not None:
-            self.onload()
-            state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-                     "value_head": self.value_head.state_dict() if self.value_head is not None else None}
-            tmp = out + ".tmp"
-            torch.save(state, tmp)
-            os.replace(tmp, out)
-        if self.world > 1:
-            dist.barrier()
-
-    def load(self, path: str) -> None:
-        own = self._own_file(path) or path
-        # a cut or sharded layout's files hold DTensors, which the weights-only unpickler refuses
-        state = torch.load(own, map_location=self.device, weights_only=self.replicated)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        if self.value_head is not None and state.get("value_head"):
-            self.value_head.load_state_dict(state["value_head"])
+    def _global_sums(self, st: list[dict]) -> list[dict]:
+        """The micro-batches' statistic sums of the whole global batch: this replica's added up, then
+        summed over the dp group (tp ranks of a replica saw the same samples; pp: the last stage's)."""
+        if self.dp == 1:
+            return st
+        keys = [k for k in _SUM_KEYS if k not in ("kl_sum", "value_loss_sum")
+                or (k == "kl_sum" and self.ref is not None) or (k == "value_loss_sum" and self.objective.critic)]
+        v = torch.tensor([[s.get(k, 0.0) for k in keys] for s in st], dtype=torch.float64).sum(0) if st else \
+            torch.zeros(len(keys), dtype=torch.float64)
+        dist.all_reduce(v, group=self.g.dp_group)
+        return [dict(zip(keys, v.tolist()))]
 
     def memory(self) -> dict:
         if self.device.type == "cuda":
@@ -496,6 +353,8 @@ class TrainWorker(WS.SyncEndpoint):
             dist.destroy_process_group()
 
 
+_SUM_KEYS = ("loss", "tokens", "clip_tokens", "behav_weight_sum", "sequences", "entropy_sum", "behav_abs_diff",
+             "kl_sum", "value_loss_sum")
 _DUMMY = Sample(sample_id=-1, prompt=[0, 0], completion=[0], behav_logp=[0.0], reward=0.0, advantage=0.0, version=0)
 
 

@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from problems.errors import InputError
 
 
@@ -23,8 +21,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--emulate", action="store_true",
                    help="run a plan made for another cluster on this machine, scaled down (GPU types emulated)")
     p.add_argument("--model", default=None, help="'tiny' (built locally) or a local Hugging Face model directory (default: the plan's workload, else tiny)")
-    p.add_argument("--task", default="arithmetic", help="arithmetic | sorting | counting | jsonl:PATH")
-    p.add_argument("--reward", default=None, help="reward function module:function for a user task")
+    p.add_argument("--task", default="arithmetic",
+                   help="arithmetic | sorting | counting, or data: PATH.jsonl, PATH.parquet, a datasets directory "
+                        "(TRL's or verl's columns; docs/training.md)")
+    p.add_argument("--reward", action="append", default=None,
+                   help="reward function: module:function or path/to/file.py[:function] (TRL's, verl's or "
+                        "f(prompt, completion, answer) signature); repeat for several (default: exact match)")
+    p.add_argument("--reward-weights", default=None, help="comma-separated weights, one per --reward (default 1 each)")
+    p.add_argument("--reward-errors", default="raise", choices=["raise", "skip"],
+                   help="a reward that raises stops the run (raise) or its score is left out and counted (skip)")
+    p.add_argument("--no-chat-template", action="store_true",
+                   help="send chat-message prompts as their text instead of through the tokenizer's chat template")
+    p.add_argument("--logger", default="jsonl", help="comma list of jsonl (always), tensorboard, wandb (offline)")
     p.add_argument("--algo", default=None, choices=["grpo", "ppo"])
     p.add_argument("--prompts-per-step", type=int, default=None)
     p.add_argument("--group-size", type=int, default=None, help="samples per prompt")
@@ -80,7 +88,10 @@ def resume_command(args: argparse.Namespace, out: str) -> str:
         if v == a.default or v is None:
             continue
         flag = a.option_strings[0]
-        words += [flag] if v is True else [flag, str(v)]
+        if v is True:
+            words.append(flag)
+        else:  # an appended flag (--reward) once per value
+            words += [x for item in (v if isinstance(v, list) else [v]) for x in (flag, str(item))]
     return " ".join(shlex.quote(w) for w in [*words, "--out", out, "--resume"])
 
 
@@ -99,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
              "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
-    shape = workload_defaults(inputs.workload()) | {k: v for k, v in given.items() if v is not None}
+    from_workload = workload_defaults(inputs.workload())
+    shape = from_workload | {k: v for k, v in given.items() if v is not None}
+    shape["model_from"] = ("--model" if args.model else f"the workload {inputs.workload().path}"
+                           if "model" in from_workload else "the default")
     cfg = RunConfig(
         plan=args.plan, out=args.out or f"runs/{plan.plan_id}", steps=args.steps, task=args.task,
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
@@ -108,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
-        weight_sync=args.weight_sync, on_node_loss=args.on_node_loss,
+        weight_sync=args.weight_sync, reward_weights=_weights(args.reward_weights), reward_errors=args.reward_errors,
+        chat_template=not args.no_chat_template, loggers=args.logger, on_node_loss=args.on_node_loss,
     )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     replan = None
@@ -147,13 +162,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def workload_defaults(workload) -> dict:
-    """RunConfig fields the plan's workload gives: its algorithm and batch shape, and the model when
-    it is the tiny one the trainer builds (a preset of a large model names its architecture only)."""
+    """RunConfig fields the plan's workload gives: its algorithm and batch shape, and the model when it
+    is the tiny one the trainer builds or a model directory (a preset of a large model names its
+    architecture only)."""
     out = {"algo": workload.algorithm, "prompts_per_step": workload.prompts_per_step,
            "group_size": workload.samples_per_prompt, "max_new_tokens": workload.response_max}
-    if workload.model.name == "tiny":
+    if workload.model_dir is not None:
+        out["model"] = workload.model_dir
+    elif workload.model.name == "tiny":
         out["model"] = "tiny"
     return out
+
+
+def _weights(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(None, "--reward-weights", f"got {text!r}", "comma-separated numbers, one per --reward") from None
 
 
 def emulation_line(plan, plan_file: str) -> str:
@@ -230,58 +257,10 @@ def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list
 
 
 def model_sync_s(summary: dict, inputs) -> float | None:
-    """The performance model's weight-sync time for the layout the run had: its engines (regions, GPU
-    types), the bytes of one copy it sent, the plan's route, on the plan's cluster. None when the run
-    did not broadcast (the object store) or the cluster file is not found. A colocated run's sync is the
-    hand-over (the engines map the trainer's buckets) when its summary says so. `inputs`: the run's PlanInputs."""
-    ws = summary.get("layout", {}).get("weight_sync") or {}
-    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or not inputs.has("cluster"):
+    """The performance model's weight-sync time for the layout the run had (None: not a broadcast, or no
+    cluster file). `inputs`: the run's PlanInputs."""
+    from problems.placement.predict import run_sync_s
+
+    if not inputs.has("cluster"):
         return None
-    cluster = inputs.cluster()
-    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
-        return None
-    handover = ws.get("transport") in ("shared_memory", "cuda_ipc")
-    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
-                         ws["sender_region"], ws["route"] == "staged", handover, inputs.workload().model,
-                         summary["layout"])
-
-
-def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_gpus: list[str],
-                  sender_region: str, staged: bool, handover: bool = False, arch=None, train: dict | None = None
-                  ) -> float:
-    """The model's sync_s (problems/placement/model: the route over the cluster's links, the copies the
-    source broadcasts, then the engines' reload; or a colocated hand-over) for the engines given one by
-    one, grouped into one pseudo-pool per (GPU type, region); with the model's architecture `arch` and
-    the trainer's layout `train` (a run summary's: tp, pp, dp, sharding), the source's gather of a cut
-    or sharded trainer first."""
-    from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
-    from problems.placement.model.params import DEFAULTS
-
-    regions = cluster.regions
-    keys = list(zip(engine_gpus or [None] * len(engine_regions), engine_regions))
-    pools = list(dict.fromkeys(keys))
-    engines = np.array([[keys.count(k) for k in pools]], dtype=float)
-    eff = [DEFAULTS | cluster.efficiencies.get(g, {}) for g, _ in pools]
-    # the source packs at its device's memory bandwidth: the sender region's first pool
-    src = next((p for p in cluster.pools if p.region == sender_region), cluster.pools[0])
-    where = np.array([regions.index(r) for _, r in pools])
-    route, _, _ = weight_sync_s(copy_bytes, np.array([regions.index(sender_region)]), engines, where,
-                                cluster.region_bw * 1e9, cluster.region_latency, cluster.region_egress / 1e9,
-                                np.array([staged]), len(regions))
-    copies = sync_copies(engines, where, np.array([staged]), len(regions))
-    t = engine_sync_s(route, copy_bytes, engines, copies,
-                      *(np.array([e[k] for e in eff]) for k in ("sync_load_gbs", "sync_overhead_s", "sync_send_gbs",
-                                                                  "p2p_latency_s")),
-                      pack_bw=np.array([src.gpu.bandwidth_tbs * 1e12]),
-                      handover=np.array([handover]))
-    if arch is not None and train:
-        from problems.placement.encoding import SHARDINGS
-        from problems.placement.model.memory import params_sharded
-
-        e = DEFAULTS | cluster.efficiencies.get(src.gpu.name, {})
-        t = t + sync_gather_s(copy_bytes, arch.state_tensors, arch.tp_sharded_tensors,
-                              *(np.array([train.get(k, 1)]) for k in ("tp", "pp", "dp")),
-                              params_sharded(np.array([SHARDINGS.index(train.get("sharding", "none"))])),
-                              *(e[k] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
-                              src.intra_gbs * 1e9)
-    return float(t[0])
+    return run_sync_s(summary, inputs.cluster(), inputs.workload().model if inputs.has("workload") else None)

@@ -345,7 +345,16 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         wl = dataclasses.replace(wl, model=presets[model.lower()])
         notes.append(f"predicted for the model the run trained ({model}), not the workload's")
     elif model and model.lower() not in presets and model != wl.model.name:
-        notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+        from problems.placement import hfmodel
+
+        d = hfmodel.find(model)  # a model directory: the workload's own, or another one given with --model
+        if d is not None and wl.model_dir is not None and d.resolve() == Path(wl.model_dir).resolve():
+            pass
+        elif d is not None:
+            wl = dataclasses.replace(wl, model=hfmodel.architecture(d))
+            notes.append(f"predicted for the model the run trained ({model}), not the workload's")
+        else:
+            notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
     cluster = None
     engines, dp = int(lay.get("engines") or plan.rollout_engines), int(lay.get("dp") or plan.train.dp)
     tp, pp = int(lay.get("tp") or plan.train.tp), int(lay.get("pp") or plan.train.pp)
@@ -409,3 +418,21 @@ def _cores() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def run_sync_s(summary: dict, cluster: Cluster | None, arch: Architecture | None = None) -> float | None:
+    """The model's weight-sync time for the layout a run had (`model.sync.layout_sync_s`): its engines
+    (regions, GPU types), the bytes of one copy it sent, its route, on the plan's cluster; with the
+    workload's architecture, the source's gather of a cut or sharded trainer first. None when the run did
+    not broadcast (the object store) or no cluster is given (its file was not found). A colocated run's sync is the
+    hand-over (the engines map the trainer's buckets) when its summary says so."""
+    from problems.placement.model.sync import layout_sync_s
+
+    ws = summary.get("layout", {}).get("weight_sync") or {}
+    if ws.get("path") != "broadcast" or not ws.get("copy_bytes") or cluster is None:
+        return None
+    if ws["sender_region"] not in cluster.regions or any(r not in cluster.regions for r in ws["engine_regions"]):
+        return None
+    return layout_sync_s(cluster, float(ws["copy_bytes"]), ws["engine_regions"], ws.get("engine_gpus") or [],
+                         ws["sender_region"], ws["route"] == "staged", ws.get("transport") in ("shared_memory", "cuda_ipc"),
+                         arch, summary["layout"])

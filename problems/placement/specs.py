@@ -334,6 +334,7 @@ class Workload:
     has_reference: bool
     has_critic: bool
     attention: str = "flash"
+    model_dir: str | None = None  # the model's local Hugging Face directory, when `model:` named one
 
     @property
     def samples_per_step(self) -> int:
@@ -349,14 +350,25 @@ class Workload:
 
 
 def resolve_architecture(model, where: str | None) -> Architecture:
-    """A spec's `model`: a preset name (one-line error naming the nearest presets) or an architecture mapping."""
+    """A spec's `model`: a preset name (one-line error naming the nearest presets), a local Hugging Face
+    model directory (problems/placement/hfmodel.py; relative to the spec file `where`, then the working
+    directory) or an architecture mapping."""
     if isinstance(model, str):
+        from problems.placement import hfmodel
+
+        directory = hfmodel.find(model, where)
+        if directory is not None:
+            return hfmodel.architecture(directory, where)
+        if hfmodel.is_path(model):
+            raise InputError(where, "model", f"model directory {model!r} not found (looked beside the file and in "
+                             "the working directory)", "a preset name or a local Hugging Face model directory")
         presets = model_presets()
         arch = presets.get(model.lower())
         if arch is None:
             hint = ", ".join(nearest(model, list(presets))) or ", ".join(presets)
             raise InputError(where, "model", f"unknown model preset {model!r}",
-                             f"a preset name or an architecture mapping; nearest: {hint}")
+                             f"a preset name, a local Hugging Face model directory or an architecture mapping; "
+                             f"nearest: {hint}")
         return arch
     return Architecture(**model.model_dump())
 
@@ -365,6 +377,12 @@ def load_workload(path: str | Path) -> Workload:
     path = str(path)
     spec = load_model(path, WorkloadSpec, "a workload spec (see problems/workloads/)")
     arch = resolve_architecture(spec.model, path)
+    model_dir = None
+    if isinstance(spec.model, str):
+        from problems.placement import hfmodel
+
+        found = hfmodel.find(spec.model, path)
+        model_dir = str(found) if found is not None else None
     if arch.heads % arch.kv_heads:
         raise InputError(path, "model.kv_heads", f"{arch.heads} heads are not divisible by {arch.kv_heads} kv_heads",
                          "a divisor of heads")
@@ -379,7 +397,7 @@ def load_workload(path: str | Path) -> Workload:
         prompts_per_step=spec.prompts_per_step, samples_per_prompt=spec.samples_per_prompt,
         prompt_len=spec.prompt_len, response_mean=spec.response_len.mean, response_max=spec.response_len.max,
         max_staleness=spec.max_staleness, precision=spec.precision,
-        has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention,
+        has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
     )
 
 

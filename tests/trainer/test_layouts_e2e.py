@@ -40,7 +40,8 @@ def test_train_runs_the_plans_layout(ray_local, plan_file, tmp_path, monkeypatch
     assert main(["train", "--plan", str(plan), "--steps", "3", "--out", str(out), *SMALL]) == 0
     captured = capsys.readouterr()
     lines = [x for x in captured.err.splitlines() if x.strip()]
-    assert lines[0].startswith("rollout engine: vLLM; vLLM 0."), captured.err[:2000]  # the first line names what runs
+    assert lines[0].startswith("training model tiny"), captured.err[:2000]  # the first lines name what runs
+    assert lines[1].startswith("rollout engine: vLLM; vLLM 0."), captured.err[:2000]
     summary = json.loads((out / "summary.json").read_text())
     lay = summary["layout"]
     assert summary["status"] == "finished" and summary["steps"] == 3

@@ -85,9 +85,8 @@ def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out, recomp
             p.kill()
     assert codes == [0] * world, codes
     got = sorted(torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(world))
-    # the global loss: each dp replica's share once (tp ranks repeat it; pp: the last stage's, broadcast)
-    loss = sum(g[4] for g in got if g[2] == 0 and g[3] == 0)
-    return {"loss": loss, "params": [g[5] for g in got], "state": got[0][6], "grad_norm": [g[7] for g in got]}
+    # every rank reports the global batch's loss (its replica's share summed over dp; pp: the last stage's)
+    return {"loss": [g[4] for g in got], "params": [g[5] for g in got], "state": got[0][6], "grad_norm": [g[7] for g in got]}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +109,7 @@ def test_layout_matches_single_rank(reference, tiny_model, tmp_path, dp, tp, pp,
     got = run_layout(str(tiny_model), dp, tp, pp, sharding, tmp_path, recompute)
     ref = reference["state"]
     assert set(got["state"]) == set(ref)  # HF naming, tied lm_head included
-    assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-6)
+    assert got["loss"] == pytest.approx([reference["loss"]] * len(got["loss"]), rel=1e-5, abs=1e-6)
     # the full gradient's norm on every rank: a gradient summed twice, scaled or missing a shard shows here
     assert got["grad_norm"] == pytest.approx([reference["grad_norm"]] * len(got["grad_norm"]), rel=1e-5)
     moved = 0
@@ -124,6 +123,14 @@ def test_layout_matches_single_rank(reference, tiny_model, tmp_path, dp, tp, pp,
         torch.testing.assert_close(step_got, step_ref, rtol=0, atol=tol, msg=lambda m, k=k: f"{k}: {m}")
         moved += scale > 0
     assert moved > len(ref) // 2  # the update changed the weights, so agreeing is not trivial
+    if (dp, tp, pp, sharding) in ((1, 1, 2, "none"), (2, 1, 1, "zero3")):
+        # `mosearch export-model` merges this layout's rank files (its ranks again, over gloo) to the same state
+        from trainer.export_model import merged_state, read_layout
+
+        layout = read_layout(tmp_path / "ckpt")
+        assert layout["files"] == dp * tp * pp
+        merged = merged_state(tmp_path / "ckpt", layout, tmp_path)
+        assert set(merged) == set(got["state"]) and all(torch.equal(merged[k], v) for k, v in got["state"].items())
     full = reference["params"]
     if tp * pp > 1 or sharding == "zero3":  # each rank holds about half of the model
         assert all(0.4 * full < n < 0.62 * full for n in got["params"]), (got["params"], full)

@@ -6,15 +6,16 @@ import sys
 import pytest
 
 from problems.errors import InputError
-from trainer.tasks import PromptSampler, exact_match, load_task
+from trainer.rewards import exact_match
+from trainer.tasks import PromptSampler, load_task
 
 
 @pytest.mark.parametrize("name", ["arithmetic", "sorting", "counting"])
 def test_builtin_answers_are_correct_and_splits_disjoint(name):
     task = load_task(name, seed=3, n_train=300, n_heldout=50)
     assert len(task.heldout) == 50 and len(task.train) > 100
-    assert not set(p for p, _ in task.train) & set(p for p, _ in task.heldout)
-    for prompt, answer in task.train[:50]:
+    assert not set(ex.prompt for ex in task.train) & set(ex.prompt for ex in task.heldout)
+    for prompt, answer in ((ex.prompt, ex.answer) for ex in task.train[:50]):
         if name == "arithmetic":
             assert str(eval(prompt.rstrip("="))) == answer
         elif name == "sorting":
@@ -40,7 +41,8 @@ def test_user_task_and_reward(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     task = load_task(f"jsonl:{f}", reward="myreward:score")
     assert len(task.train) + len(task.heldout) == 20
-    assert task.rewards(["say 3:"], ["x3"], ["3"]) == [0.5]
+    ex = next(e for e in task.train if e.answer == "3")
+    assert task.score([ex, ex], ["x3", "x4"]).rewards == [0.5, 0.0]
     sys.modules.pop("myreward", None)
 
 
@@ -48,7 +50,7 @@ def test_bad_user_task_inputs(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         load_task(f"jsonl:{tmp_path / 'nope.jsonl'}")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "a"}\nnot json\n')
+    bad.write_text('{"prompt": "a", "answer": "b"}\nnot json\n')
     with pytest.raises(InputError, match="line 2"):
         load_task(f"jsonl:{bad}")
     with pytest.raises(InputError, match="module:function"):

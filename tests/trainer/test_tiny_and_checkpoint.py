@@ -23,8 +23,12 @@ def test_tiny_is_built_once_with_the_documented_architecture(tiny_model):
 
 
 def test_model_must_be_tiny_or_a_directory(tmp_path):
-    with pytest.raises(InputError, match="neither 'tiny'"):
+    with pytest.raises(InputError, match="has no config.json"):
         resolve_model(str(tmp_path))
+    with pytest.raises(InputError, match="model directory './nope' not found"):
+        resolve_model("./nope")
+    with pytest.raises(InputError, match="unknown model preset 'qwen-nope'"):
+        resolve_model("qwen-nope")
 
 
 def test_checkpoint_roundtrip_and_corruption(tmp_path):

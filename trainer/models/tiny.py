@@ -86,14 +86,19 @@ def tiny_path() -> Path:
     return path
 
 
-def resolve_model(name: str) -> Path:
-    """`tiny` -> the cached tiny model (built on first use); else a local HF causal-LM directory."""
+def resolve_model(name: str, beside: str | Path | None = None) -> Path:
+    """`tiny` -> the cached tiny model (built on first use); else a local HF causal-LM directory (relative
+    to the file `beside`, then the working directory), its config and tokenizer files checked."""
+    from problems.placement import hfmodel
+
     if name == "tiny":
         return tiny_path()
-    path = Path(name)
-    if not (path / "config.json").is_file():
-        raise InputError(None, "model", f"{name!r} is neither 'tiny' nor a local model directory with config.json",
-                         "'tiny' or a path to a Hugging Face causal-LM directory")
+    path = hfmodel.find(name, beside)
+    if path is None:
+        problem = (f"model directory {name!r} not found" if hfmodel.is_path(name) else
+                   f"unknown model preset {name!r}: the trainer runs 'tiny' or a model directory")
+        raise InputError(None, "model", problem, "'tiny' or a path to a local Hugging Face causal-LM directory")
+    hfmodel.architecture(path)  # config.json of a supported architecture, a tokenizer that encodes
     return path
 
 
@@ -108,7 +113,15 @@ def load_tokenizer(path: str | Path):
     path = Path(path)
     if (path / "MOSEARCH_TINY.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
-    tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    except (OSError, ValueError, TypeError) as err:
+        raise InputError(str(path), "tokenizer", f"cannot be loaded: {str(err).splitlines()[0][:200]}",
+                         "the tokenizer files save_pretrained writes") from None
+    if not tok.encode("Hello, world: 1+1=", add_special_tokens=False):
+        raise InputError(str(path), "tokenizer", "encodes text to no tokens", "a tokenizer with a vocabulary")
+    if tok.eos_token_id is None:
+        raise InputError(str(path), "tokenizer", "has no end-of-sequence token", "eos_token set (generation stops there)")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -47,7 +47,7 @@ def warm_start(base: Path, task: Task, steps: int, seed: int = 0, batch: int = 6
     bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
     for step in range(steps):
         rows, masks = [], []
-        for prompt, answer in rng.sample(task.train, min(batch, len(task.train))):
+        for prompt, answer in ((ex.text, ex.answer or "") for ex in rng.sample(task.train, min(batch, len(task.train)))):
             p = bos + tok.encode(prompt, add_special_tokens=False)
             a = tok.encode(answer, add_special_tokens=False) + [tok.eos_token_id]
             rows.append(p + a)

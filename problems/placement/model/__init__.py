@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model import cost as _cost
-from problems.placement.model.comm import engine_sync_s, sync_copies, sync_gather_s, weight_sync_s
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
 from problems.placement.model.memory import (
     activation_bytes,
@@ -19,6 +18,7 @@ from problems.placement.model.memory import (
 )
 from problems.placement.model.params import ModelContext, build_context
 from problems.placement.model.rollout import rollout_times
+from problems.placement.model.sync import GATHER_EFF, SYNC_EFF, sync_s
 from problems.placement.model.training import train_times
 from problems.placement.model.reduce import over_region_pairs, pargmax, pmax, psum
 
@@ -65,21 +65,13 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     # ---- weight sync and context switch
     bytes_w = ctx.weight_bytes
     src = pargmax(train_gpus)  # weights leave from the pool with the most trainers
-    src_region = ctx.region[src]
-    n_regions = int(ctx.region_bw.shape[0])
-    sync_t, sync_cross, sync_usd = weight_sync_s(bytes_w, src_region, engines, ctx.region, ctx.region_bw,
-                                                 ctx.region_lat, ctx.region_egress, f["route"] == 1, n_regions)
-    copies = sync_copies(engines, ctx.region, f["route"] == 1, n_regions)
-    path = (e["sync_load_gbs"], e["sync_overhead_s"], e["sync_send_gbs"], e["p2p_latency_s"], ctx.hbm[src])
-    # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload
-    sync = engine_sync_s(sync_t, bytes_w, engines, copies, *path, handover=colo)
+    # colocated engines map the trainer's buckets on their device (CUDA IPC / shared memory), then reload;
     # a cut or sharded trainer first gathers the full weights on the source, tensor by tensor
-    sync = sync + sync_gather_s(bytes_w, ctx.state_tensors, ctx.tp_sharded_tensors, tp, pp, dp,
-                                params_sharded(f["sharding"]),
-                                *(e[k][src] for k in ("tp_op_s", "fsdp_op_s", "collective_latency_s", "p2p_latency_s")),
-                                ctx.intra[src])
-    sync_usd = np.where(colo, 0.0, sync_usd)
-    sync_cross = np.where(colo, 0.0, sync_cross)
+    gather = {"tensors": ctx.state_tensors, "tp_tensors": ctx.tp_sharded_tensors, "tp": tp, "pp": pp, "dp": dp,
+              "sharding": f["sharding"], "bw": ctx.intra[src], **{k: e[k][src] for k in GATHER_EFF}}
+    sync, sync_cross, sync_usd = sync_s(bytes_w, ctx.region[src], engines, ctx.region, ctx.region_bw, ctx.region_lat,
+                                        ctx.region_egress, f["route"] == 1, int(ctx.region_bw.shape[0]),
+                                        {k: e[k] for k in SYNC_EFF}, ctx.hbm[src], colo, gather)
     sw = pmax(np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
                                    ctx.host_memory), 0.0))
     sw = np.where(colo, sw, 0.0)
