@@ -89,11 +89,11 @@ def _mosearch(cluster, argv, fault: str | None = "node@3:0"):
                           capture_output=True, text=True, timeout=600)
 
 
-def _train(cluster, plan, out, policy, fault="node@3:0"):
+def _train(cluster, plan, out, policy, fault="node@3:0", *more):
     return _mosearch(cluster, ["train", "--plan", str(plan), "--out", str(out), "--steps", str(STEPS),
                                "--backend", "hf", "--prompts-per-step", "4", "--group-size", "2",
                                "--max-new-tokens", "4", "--eval-size", "8", "--eval-every", "0",
-                               "--checkpoint-every", "2", "--no-progress", "--on-node-loss", policy], fault)
+                               "--checkpoint-every", "2", "--no-progress", "--on-node-loss", policy, *more], fault)
 
 
 def _steps(out: Path) -> list[dict]:
@@ -149,7 +149,7 @@ def test_replan_plans_for_the_surviving_node_and_continues(cluster, tmp_path):
     _two_nodes(cluster)
     out = tmp_path / "run"
     # 2 engines + 2 ranks: both nodes full, so the survivor cannot hold this plan
-    proc = _train(cluster, _plan(tmp_path, 2, 2), out, "replan")
+    proc = _train(cluster, _plan(tmp_path, 2, 2), out, "replan", "node@3:0", "--replan-evals", "1000")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     event = _node_event(_each_sample_once(out), "replan")
     summary = json.loads((out / "summary.json").read_text())
