@@ -178,11 +178,19 @@ def report(results, fits, gap) -> str:
     mem = [x for x in results if x["row"].get("memory_gib")]
     if mem:
         lines += ["", "## Peak memory per GPU (rows whose source gives it)", "",
-                  "| row | measured GB | predicted GB (reserved, catalog) | error |", "|---|---|---|---|"]
+                  "The sources give the caching allocator's reserved peak (torchtitan logs `max_reserved`); the model's",
+                  "reserved figure adds the allocator's fragments to what it allocates (`model/memory.py`).", "",
+                  "| row | measured GB | predicted allocated GB | error | predicted reserved GB | error |",
+                  "|---|---|---|---|---|---|"]
         for x in mem:
             meas = float(x["row"]["memory_gib"]) * 2**30 / 1e9
-            pred = x[names[0]]["memory_gb"]["reserved"]
-            lines.append(f"| {x['row']['id']} | {meas:.1f} | {pred:.1f} | {(pred / meas - 1) * 100:+.0f}% |")
+            m = x[names[0]]["memory_gb"]
+            lines.append(f"| {x['row']['id']} | {meas:.1f} | {m['allocated']:.1f} | {(m['allocated'] / meas - 1) * 100:+.0f}% "
+                         f"| {m['reserved']:.1f} | {(m['reserved'] / meas - 1) * 100:+.0f}% |")
+        for k in ("allocated", "reserved"):
+            med = np.median([abs(x[names[0]]['memory_gb'][k] / (float(x['row']['memory_gib']) * 2**30 / 1e9) - 1)
+                             for x in mem])
+            lines.append(f"\nMedian |error| against the {k} prediction: {med * 100:.1f}% ({len(mem)} rows).")
         lines += ["", "Selective op checkpointing keeps the layer input, every other matmul output and attention's",
                   "output (`selective_op_split`); full recomputation keeps the layer input. The model has no term",
                   "for FSDP's gathered parameters of the layer in flight, torch.compile / Float8 buffers or the",
@@ -203,7 +211,9 @@ def report(results, fits, gap) -> str:
               "  recomputation (every second matmul and the element-wise ops, torchtitan's policy) and its memory;",
               "  FP8 runs keep attention and the LM head in BF16. Unmodelled: eager mode runs RMSNorm, SwiGLU and",
               "  RoPE as several unfused kernels each (the element-wise term counts one pass per operation, as fused",
-              "  kernels do); FSDP's per-layer all-gathers are charged once per step; torchao float8's casting",
+              "  kernels do); FSDP's all-gathers and reduce-scatters are charged per micro-batch but mostly hidden",
+              "  behind compute by prefetching, as FSDP2 runs them (the earlier per-step 1.5x all-reduce charge,",
+              "  exposed, made these rows slower); NCCL's share of the SMs while overlapped is not modelled; torchao float8's casting",
               "  and amax kernels; the H100 rows ran at a 500 W power limit (the source says the peak lies between",
               "  the SXM and NVL parts', 835-989 TFLOP/s; the SXM figure is used); torchtitan's sequence length",
               "  (8192, its Llama 3 config default) is not stated with the rows. These rows are not used to fit anything.",
@@ -221,8 +231,9 @@ def report(results, fits, gap) -> str:
               "  so they are predicted with plain 1F1B (v = 1, marked assumed): their bubble is over-counted.",
               "  The micro-batch size is not published with the table either (1 assumed, the smallest).",
               "- One RL step (NeMo-RL GRPO, section below): its generation is predicted from the roofline",
-              "  decode model, with the longest allowed response (T-max 4,096 minus the prompt) generated in every",
-              "  step (the synchronous step's tail bound); the prompt length and engine settings are assumed.",
+              "  decode model integrated over the response-length distribution (continuous batching, the drain",
+              "  of the last sequences at their shrinking batch); the prompt length and engine settings are assumed.",
+              "  More RL steps, vLLM generation and paired configurations: results/bench/rl_validation.md.",
               "  NeMo-RL's one-step-off-policy row is not scored: its split of GPUs between generation and",
               "  training is not published.",
               "- Memory is checked on the rows that publish it (torchtitan H100), not on the others.",

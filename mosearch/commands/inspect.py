@@ -68,6 +68,7 @@ def workload_table(workload: Workload) -> Table:
         ("samples per step", f"{workload.prompts_per_step} prompts x {workload.samples_per_prompt}"),
         ("tokens per sample (prompt + mean / max response)",
          f"{workload.prompt_len} + {workload.response_mean} / {workload.response_max}"),
+        ("response length spread (log-normal sigma, cut at max)", f"{workload.response_sigma:g}"),
         ("extra models", ", ".join(n for n, on in (("critic", workload.has_critic), ("reference", workload.has_reference)) if on) or "none"),
         ("max staleness allowed", str(workload.max_staleness)),
     ]
@@ -110,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         check_fits(cluster, workload)  # weights larger than the whole cluster: bad input, exit 2
     for table in cluster_tables(cluster):
         console.print(table)
+    from problems.placement.predict import prior_notes
+
+    for note in prior_notes(cluster):  # efficiencies no measurement gives: the generation's prior
+        console.print(f"assumption: {note}", soft_wrap=True)
     if workload is None:
         return 0
     console.print(workload_table(workload))

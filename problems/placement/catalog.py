@@ -42,6 +42,11 @@ class GPUType(BaseModel):
     train_fit: dict[Literal["layer_s", "elementwise_eff"], float] = Field(
         default_factory=dict, description="training figures fitted on measured per-layer times: the fixed seconds "
                                           "per layer and micro-batch, the achieved share of bandwidth of element-wise kernels")
+    infer_fit: dict[Literal["kernel_s"], float] = Field(
+        default_factory=dict, description="inference figures fitted on measured operator times: the fixed seconds per "
+                                          "kernel (a decode step runs `DECODE_KERNELS_PER_LAYER` per layer)")
+    generation: str | None = Field(default=None, description="architecture generation (data/generations.yaml): "
+                                                             "where a type without measurements takes its efficiencies")
     aliases: list[str] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -124,7 +129,34 @@ class Architecture(BaseModel):
 @lru_cache(maxsize=1)
 def gpu_catalog() -> dict[str, GPUType]:
     raw = yaml.safe_load((DATA / "gpus.yaml").read_text())["gpus"]
-    return {name: GPUType(name=name, **fields) for name, fields in raw.items()}
+    return {name: GPUType(name=name, **with_prior(fields)) for name, fields in raw.items()}
+
+
+def with_prior(fields: dict) -> dict:
+    """A GPU type's fields with what it does not give taken from its generation's prior (sources noted)."""
+    gen = fields.get("generation")
+    if gen is None:
+        return fields
+    prior, source = prior_efficiencies(gen)
+    missing = {k: v for k, v in prior.items() if k not in fields}
+    return {**fields, **missing, "sources": {**fields.get("sources", {}), **{k: source for k in missing}}}
+
+
+# efficiency fields a generation prior supplies
+PRIOR_FIELDS = ("mfu", "prefill_eff", "decode_eff", "train_fit", "infer_fit")
+
+
+@lru_cache(maxsize=1)
+def generation_priors() -> dict[str, dict]:
+    """Architecture generation -> efficiencies of a GPU type with no measurements of its own, with the
+    reason (data/generations.yaml)."""
+    return yaml.safe_load((DATA / "generations.yaml").read_text())["generations"]
+
+
+def prior_efficiencies(generation: str) -> tuple[dict, str]:
+    """(efficiency fields, source line) of a generation's prior; KeyError for an unknown generation."""
+    g = generation_priors()[generation]
+    return {k: g[k] for k in PRIOR_FIELDS if k in g}, f"prior of generation {generation}: {g['source']}"
 
 
 @lru_cache(maxsize=1)

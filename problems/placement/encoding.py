@@ -19,7 +19,7 @@ Layout for a cluster with P pools (all variables integer-valued except kv_mem_fr
     3P + 11       weight-sync route, index into ROUTES                              0..1
 
 Repair (vectorised over a population) rounds and clips, then makes the plan structurally valid:
-TP within a node and dividing the attention heads; every data-parallel replica (tp*pp GPUs)
+TP dividing a node's GPUs and the attention heads; every data-parallel replica (tp*pp GPUs)
 inside one pool; rollout GPUs a multiple of the pool's engine TP; role counts within the pool;
 at least one replica and one engine (falling back to tp=pp=1 and then to colocated mode).
 """
@@ -56,6 +56,10 @@ GLOBAL_NAMES = ("kv_mem_frac", "log2_max_num_seqs", "train_tp_idx", "train_pp_id
                 "log2_pipeline_chunks", "sync_route")
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def _pow2_upto(n: int) -> list[int]:
     out, v = [], 1
     while v <= n:
@@ -88,12 +92,12 @@ class Layout:
         counts = np.array([p.count for p in cluster.pools], dtype=np.int64)
         gpn = np.array([p.gpus_per_node for p in cluster.pools], dtype=np.int64)
         # TP must shard the attention heads (Architecture.tp_problem: vLLM may replicate KV heads,
-        # Megatron may not) and stay in a node
-        per_pool = [[t for t in _pow2_upto(int(min(g, c))) if m.tp_problem(t, kv_replicas=True) is None]
+        # Megatron may not) and tile a node (a divisor of its GPUs: 1, 2, 3, 6 on a 6-GPU server)
+        per_pool = [[t for t in _divisors(int(g)) if t <= c and m.tp_problem(t, kv_replicas=True) is None]
                     for g, c in zip(gpn, counts)]
         k = max(len(o) for o in per_pool)
         rtp = np.array([o + [o[-1]] * (k - len(o)) for o in per_pool], dtype=np.int64)
-        tp = np.array([t for t in _pow2_upto(int(gpn.max())) if m.tp_problem(t, kv_replicas=False) is None],
+        tp = np.array(sorted({t for g in gpn for t in _divisors(int(g)) if m.tp_problem(t, kv_replicas=False) is None}),
                       dtype=np.int64)
         pp = np.array(_pow2_upto(min(MAX_PP, workload.model.layers)), dtype=np.int64)
         out = cls(len(counts), counts, gpn, rtp, np.array([len(o) for o in per_pool]), tp, pp,
@@ -182,7 +186,7 @@ class Layout:
             """GPUs per replica and whether each pool can host one: (N,) and (N,P)."""
             tp = self.tp_options[tp_i]
             g = tp * self.pp_options[pp_i]
-            host = (tp[:, None] <= self.gpn[None, :]) & (g[:, None] <= counts)
+            host = (self.gpn[None, :] % tp[:, None] == 0) & (g[:, None] <= counts)
             return tp, g, host
 
         # a replica that no pool can host: shrink pp, then tp, until one fits
@@ -234,7 +238,7 @@ class Layout:
                 # that was the only replica: fall back to colocated
                 colo = colo | (c & (psum(t) == 0))
         # ---- colocated: shared GPUs hold a whole number of replicas and engines
-        lcm = np.maximum(rtp, g[:, None])  # both powers of two
+        lcm = np.lcm(rtp, g[:, None])
         s = np.where(host, (roll // lcm) * lcm, 0)
         none = psum(s) == 0
         if (none & colo).any():

@@ -59,7 +59,7 @@ def structural_infeasibility(cluster: Cluster, workload: Workload, efficiencies:
     # training: the smallest footprint per GPU any layout reaches in each pool
     least, where = np.inf, ""
     for i, p in enumerate(cluster.pools):
-        for tp in lay.tp_options[lay.tp_options <= p.gpus_per_node]:
+        for tp in lay.tp_options[p.gpus_per_node % lay.tp_options == 0]:
             for pp in lay.pp_options:
                 g = tp * pp
                 if g > cluster.total_gpus:

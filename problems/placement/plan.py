@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from problems.specio import load_model
 
@@ -94,6 +94,19 @@ class WeightSync(_Strict):
     route: SyncRoute = Field(description="direct: trainer ranks send to engines; staged: one copy per region, then fan out")
 
 
+class Selection(_Strict):
+    """How `mosearch pick` chose the plan (its rule and limits, and the search's limits), so that a
+    re-plan after a node loss (`mosearch train --on-node-loss replan`) searches and chooses the same way."""
+
+    rule: Literal["knee", "fastest", "cheapest", "weights"]
+    limits: dict[str, float | None] = Field(default_factory=dict, description=(
+        "pick's: max_cost, min_throughput, max_staleness, max_mem_frac"))
+    search_limits: dict[str, float | None] = Field(default_factory=dict, description=(
+        "mosearch plan's: max_cost_usd_h, min_throughput, max_staleness, max_mem_frac"))
+    weights: list[float] | None = None
+    resolution: list[float] | None = None
+
+
 class Plan(_Strict):
     schema_version: int = SCHEMA_VERSION
     plan_id: str
@@ -105,6 +118,14 @@ class Plan(_Strict):
     execution: Execution
     weight_sync: WeightSync
     predicted: dict[str, float] = Field(default_factory=dict, description="objectives and step breakdown the model predicted")
+    chosen_by: Selection | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_choice(self, handler):
+        out = handler(self)
+        if isinstance(out, dict) and out.get("chosen_by") is None:
+            out.pop("chosen_by", None)  # plans of a front were not picked: their files stay as they were
+        return out
 
     @model_validator(mode="after")
     def _layout_matches_pools(self) -> "Plan":

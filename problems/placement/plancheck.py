@@ -9,7 +9,7 @@ from problems.placement.specs import Cluster, Workload
 
 
 def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, path: str | None = None) -> None:
-    """Rollout and training TP must shard the model's attention heads and KV heads and fit a node."""
+    """Rollout and training TP must shard the model's attention heads and KV heads and tile a node."""
     model = workload.model
     nodes = {p.id: p.gpus_per_node for p in cluster.pools} if cluster is not None else {}
     for i, p in enumerate(plan.pools):
@@ -18,14 +18,15 @@ def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, p
         why = model.tp_problem(p.rollout_tp, kv_replicas=True)
         if why:
             raise InputError(path, f"pools[{i}].rollout_tp", why, "a divisor of the attention heads (vLLM)")
-        if p.pool in nodes and p.rollout_tp > nodes[p.pool]:
-            raise InputError(path, f"pools[{i}].rollout_tp", f"TP {p.rollout_tp} spans more than a node of "
-                             f"{p.pool}", f"at most its {nodes[p.pool]} GPUs per node")
+        if p.pool in nodes and nodes[p.pool] % p.rollout_tp:
+            raise InputError(path, f"pools[{i}].rollout_tp", f"TP {p.rollout_tp} does not tile a node of "
+                             f"{p.pool}", f"a divisor of its {nodes[p.pool]} GPUs per node")
     tp = plan.train.tp
     why = model.tp_problem(tp, kv_replicas=False)
     if why:
         raise InputError(path, "train.tp", why, "a divisor of the attention and KV heads (Megatron)")
     train_nodes = [nodes[p.pool] for p in plan.pools if p.train_gpus + p.shared_gpus and p.pool in nodes]
-    if train_nodes and tp > min(train_nodes):
-        raise InputError(path, "train.tp", f"TP {tp} spans more than a node",
-                         f"at most {min(train_nodes)} GPUs, the smallest training node")
+    bad = [n for n in train_nodes if n % tp]
+    if bad:
+        raise InputError(path, "train.tp", f"TP {tp} does not tile a training node of {bad[0]} GPUs",
+                         "a divisor of every training pool's GPUs per node")

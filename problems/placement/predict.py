@@ -58,8 +58,15 @@ class TrainingJob(_Spec):
     stage_gpus: list[str] | None = Field(default=None, description="GPU type per pipeline stage (default `gpu`)")
     replica_gpus: list[str] | None = Field(default=None, description="GPU type per data-parallel replica "
                                                                      "(heterogeneous data parallelism, even stages)")
+    replica_stage_gpus: list[list[str]] | None = Field(
+        default=None, description="GPU type per pipeline stage of each data-parallel replica (replicas whose stages "
+                                  "run on different type sequences); one list of pp types per replica")
     gpus_per_node: int = Field(default=8, gt=0)
-    inter_node_gbs: float = Field(default=DEFAULT_INTER_NODE_GBS, gt=0, description="per-node network, GB/s")
+    inter_node_gbs: float | dict[str, float] = Field(
+        default=DEFAULT_INTER_NODE_GBS, description="per-node network, GB/s: one figure, or one per GPU type (a "
+                                                    "network per node group: {H100: 400, RTX-4090: 1.25})")
+    reshard_after_forward: bool = Field(default=True, description="ZeRO-3 / FSDP: free gathered weights after "
+                                        "forward and gather them again in backward (FSDP2's and DeepSpeed's default)")
     sharding: Literal["none", "zero1", "zero2", "zero3", "fsdp"] = "none"
     recompute: bool | Literal["selective_op"] = Field(
         default=False, description="true: full activation recomputation; selective_op: torchtitan's selective "
@@ -79,6 +86,18 @@ class TrainingJob(_Spec):
             raise ValueError(f"stage_layers has {len(self.stage_layers)} entries for pp = {self.pp}")
         if self.stage_gpus is not None and len(self.stage_gpus) != self.pp:
             raise ValueError(f"stage_gpus has {len(self.stage_gpus)} entries for pp = {self.pp}")
+        if self.replica_stage_gpus is not None:
+            if len(self.replica_stage_gpus) != self.dp:
+                raise ValueError(f"replica_stage_gpus has {len(self.replica_stage_gpus)} replicas for dp = {self.dp}")
+            if any(len(r) != self.pp for r in self.replica_stage_gpus):
+                raise ValueError(f"every replica of replica_stage_gpus needs pp = {self.pp} stage types")
+            if self.stage_gpus is not None or self.replica_gpus is not None:
+                raise ValueError("replica_stage_gpus replaces stage_gpus and replica_gpus: give one of them")
+        if isinstance(self.inter_node_gbs, dict):
+            if not self.inter_node_gbs or min(self.inter_node_gbs.values()) <= 0:
+                raise ValueError("inter_node_gbs per GPU type must be > 0 GB/s")
+        elif self.inter_node_gbs <= 0:
+            raise ValueError(f"inter_node_gbs {self.inter_node_gbs} must be > 0 GB/s")
         if self.replica_gpus is not None:
             if len(self.replica_gpus) != self.dp:
                 raise ValueError(f"replica_gpus has {len(self.replica_gpus)} entries for dp = {self.dp}")
@@ -90,8 +109,9 @@ class TrainingJob(_Spec):
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"global_batch {self.global_batch} is not a multiple of dp x micro_batch = "
                              f"{self.dp * self.micro_batch}")
-        if self.tp > self.gpus_per_node:
-            raise ValueError(f"tp {self.tp} exceeds gpus_per_node {self.gpus_per_node} (TP stays inside a node)")
+        if self.gpus_per_node % self.tp:
+            raise ValueError(f"tp {self.tp} does not tile a node of {self.gpus_per_node} GPUs (TP stays inside a node: "
+                             "a divisor of gpus_per_node)")
         return self
 
     @property
@@ -112,8 +132,15 @@ def _job_context(job: TrainingJob, where: str | None):
     from problems.placement.model import build_context
 
     arch = _arch(job, where)
+    why = arch.tp_problem(job.tp, kv_replicas=False)
+    if why:
+        raise InputError(where, "tp", why, "a divisor of the attention and KV heads")
+    if job.pp > arch.layers:
+        raise InputError(where, "pp", f"{job.pp} pipeline stages for the {arch.layers} layers of {arch.name}",
+                         "at most one stage per layer")
     if job.stage_layers is not None and sum(job.stage_layers) != arch.layers:
-        raise InputError(where, "stage_layers", f"sum {sum(job.stage_layers)} != the model's {arch.layers} layers")
+        raise InputError(where, "stage_layers", f"sum {sum(job.stage_layers)} != the model's {arch.layers} layers",
+                         "layers per stage adding up to the model's")
     types = dict(gpu_catalog())
     aliases = gpu_aliases(types)
     for name, over in job.gpu_types.items():
@@ -138,11 +165,17 @@ def _job_context(job: TrainingJob, where: str | None):
     per_type = {k: names.count(k) for k in kinds}  # stages (or replicas) of each type
     # GPUs of a type: dp replicas x tp x its stages, or its replicas x tp x pp
     gpus_of = {k: per_type[k] * job.tp * (job.pp if per_replica else job.dp) for k in kinds}
+    nets = job.inter_node_gbs if isinstance(job.inter_node_gbs, dict) else {}
+    for g in nets:
+        if aliases.get(g.lower()) not in kinds:
+            raise InputError(where, f"inter_node_gbs.{g}", "not a GPU type of this job", ", ".join(kinds))
+    net = {aliases[g.lower()]: v for g, v in nets.items()}
+    default_net = DEFAULT_INTER_NODE_GBS if nets else job.inter_node_gbs
     pools = [Pool(id=f"{k}@job", gpu=types[k], region="job", count=gpus_of[k],
                   gpus_per_node=job.gpus_per_node, intra_gbs=types[k].intra_node.bandwidth_gbs,
-                  inter_gbs=job.inter_node_gbs) for k in kinds]
+                  inter_gbs=net.get(k, default_net)) for k in kinds]
     cluster = Cluster(name=job.name, path=where or "<job>", pools=pools, regions=["job"],
-                      region_bw=np.array([[job.inter_node_gbs]]), region_latency=np.array([[1e-5]]),
+                      region_bw=np.array([[min(p.inter_gbs for p in pools)]]), region_latency=np.array([[1e-5]]),
                       region_egress=np.zeros((1, 1)))
     workload = Workload(name=job.name, path=where or "<job>", model=arch, algorithm="grpo",
                         prompts_per_step=job.global_batch, samples_per_prompt=1, prompt_len=job.seq_len,
@@ -161,6 +194,7 @@ def _job_context(job: TrainingJob, where: str | None):
     ctx.interleave = job.interleave
     ctx.selective_op = job.recompute == "selective_op"
     ctx.sequence_parallel = job.sequence_parallel and job.tp > 1
+    ctx.reshard_after_forward = job.reshard_after_forward
     # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
     # (even stages) is the planner's own layout, replicas in pools
     staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)
@@ -186,9 +220,11 @@ def _even_layers(layers: int, pp: int) -> list[int]:
 
 def _memory(ctx, f, tr) -> dict[str, float]:
     """Per GPU of the most loaded stage on the fullest GPU type, GB: model states by kind, activations,
-    runtime, allocator."""
-    from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, activation_bytes, params_sharded,
-                                                 state_bytes_per_param, stage_params, train_peak_bytes)
+    weights gathered by ZeRO-3 / FSDP, runtime, and the caching allocator's fragments; allocated and
+    reserved (the figure an out-of-memory depends on: `model.memory`)."""
+    from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, activation_bytes, gathered_bytes,
+                                                 params_sharded, state_bytes_per_param, stage_params,
+                                                 train_peak_bytes)
 
     w, g, o = state_bytes_per_param(ctx.bpe)
     tp, pp, dp, sh = f["tp"], f["pp"], np.maximum(tr["dp"], 1), f["sharding"]
@@ -199,19 +235,38 @@ def _memory(ctx, f, tr) -> dict[str, float]:
     opt = np.where(f["optimizer_offload"].astype(bool), 0.0, psh * o / np.where(sh == SHARD_NONE, 1, dp))
     acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None], f["recompute"][:, None],
                             tr["micro_batches"])
+    gathered = gathered_bytes(ctx, tp, pp, dp, sh)[:, None]
     states = weights + grads + opt
-    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx)
+    rec = (f["recompute"].astype(bool) | ctx.selective_op)[:, None]
+    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, rec, gathered)
     j = int(np.argmax(reserved[0] / ctx.mem))  # the GPU type closest to running out
     gb = 1e-9
     return {"weights": float(weights[0]) * gb, "gradients": float(grads[0]) * gb, "optimizer": float(opt[0]) * gb,
-            "activations": float(acts[0, j]) * gb, "runtime": float(ctx.eff["runtime_gb"][j]),
+            "activations": float(acts[0, j]) * gb, "gathered_weights": float(gathered[0, 0]) * gb,
+            "runtime": float(ctx.eff["runtime_gb"][j]),
             "allocator_waste": float(reserved[0, j] - allocated[0, j]) * gb,
             "allocated": float(allocated[0, j]) * gb, "reserved": float(reserved[0, j]) * gb,
             "capacity": float(ctx.mem[j]) * gb}
 
 
 def predict_training(job: TrainingJob, where: str | None = None) -> dict:
-    """Iteration time, throughput, breakdown and memory of one training job (see module doc)."""
+    """Iteration time, throughput, breakdown and memory of one training job (see module doc). `fits`: the
+    reserved memory of every GPU is within its capacity.
+
+    Replicas whose stages run on different type sequences (`replica_stage_gpus`): each distinct sequence
+    is scored as a pipeline with the job's dp replicas (the even batch split waits for the slowest), and
+    the slowest sequence sets the step; its data-parallel sync is taken over that sequence's links."""
+    if job.replica_stage_gpus is not None:
+        runs = [predict_training(job.model_copy(update={"replica_stage_gpus": None, "stage_gpus": list(seq)}), where)
+                for seq in dict.fromkeys(tuple(r) for r in job.replica_stage_gpus)]
+        worst = max(runs, key=lambda r: r["step_s"])
+        mem = max(runs, key=lambda r: r["memory_gb"]["reserved"] / r["memory_gb"]["capacity"])
+        worst = dict(worst, memory_gb=mem["memory_gb"], fits=all(r["fits"] for r in runs))
+        worst["layout"] = dict(worst["layout"], stage_gpus=[], replica_stage_gpus=[list(r) for r in job.replica_stage_gpus])
+        worst["assumptions"] = worst["assumptions"] + [
+            "replicas with different stage types: the slowest replica's pipeline sets the step (the batch is split "
+            "evenly); its gradient sync is modelled over that replica's GPU types"]
+        return worst
     from problems.placement.model.training import train_times
 
     ctx, f, cluster = _job_context(job, where)
@@ -240,14 +295,38 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
         "model_tflops_per_gpu": model_flops / step / gpus / 1e12,
         "mfu": model_flops / step / gpus / (peak * 1e12),
         "breakdown": parts,
-        "memory_gb": _memory(ctx, f, tr),
+        "memory_gb": (mem := _memory(ctx, f, tr)),
+        "fits": bool(mem["reserved"] <= mem["capacity"]),
         "assumptions": _assumptions(ctx, cluster, job.precision, job.attention),
     }
 
 
+# what each precision means for the matmuls (`--precision`), as the frameworks run them by default
+PRECISION_MEANING = {
+    "bf16": "bf16 weights and activations, BF16 tensor-core matmuls",
+    "fp16": "fp16 weights and activations, FP16 tensor-core matmuls",
+    "fp8": "bf16 storage, FP8 tensor-core matmuls for the Linear layers (Transformer Engine, torchao float8)",
+    "tf32": "fp32 storage, matmuls on TF32 tensor cores: what fp32 training runs at when TF32 is allowed "
+            "(torch.backends.cuda.matmul.allow_tf32 = True, or torch.set_float32_matmul_precision('high'); "
+            "Megatron-LM and most training scripts set it, and the catalog's layer fits of fp32 rows ran so)",
+    "fp32": "fp32 storage, matmuls on the FP32 units: PyTorch's default for fp32 matmuls since 1.12 "
+            "(allow_tf32 = False, float32_matmul_precision 'highest'); often 4-8x slower than tf32",
+}
+
+
+def prior_notes(cluster: Cluster) -> list[str]:
+    """One line per GPU type whose efficiencies come (partly) from its generation's prior."""
+    out = []
+    for p in cluster.pools:
+        fields = sorted(k for k, v in p.gpu.sources.items() if str(v).startswith("prior of generation"))
+        if fields:
+            out.append(f"{p.gpu.name}: {', '.join(fields)} from the {p.gpu.sources[fields[0]]}")
+    return list(dict.fromkeys(out))
+
+
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[str]:
-    out = [f"precision {precision}: {PRECISION_BYTES[precision]} bytes per element; matmuls at the "
-           f"{precision} peak ({', '.join(f'{p.gpu.name} {p.gpu.peak(precision):g}' for p in cluster.pools)} TFLOP/s)",
+    out = [f"precision {precision}: {PRECISION_BYTES[precision]} bytes per element; {PRECISION_MEANING[precision]}; "
+           f"peak {', '.join(f'{p.gpu.name} {p.gpu.peak(precision):g}' for p in cluster.pools)} TFLOP/s",
            f"attention {attention}" + (" (no score matrix, causal half of the keys)" if ctx.flash
                                        else " (s x s scores computed, stored and passed through softmax/dropout)"),
            f"MLP {'gated (3 matrices)' if ctx.gated else 'plain (2 matrices)'}",
@@ -257,7 +336,13 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
               "attention outputs kept (torchtitan)"] if ctx.selective_op else []),
            *(["sequence parallelism: layer norms and dropout on 1/tp of the tokens"] if ctx.sequence_parallel else []),
            "data split evenly over data-parallel ranks" if ctx.even_split else "data split by replica speed",
-           "pipeline: 1F1B, sum of stage times + (micro-batches - 1) x the slowest stage; LM head on the last stage"]
+           "pipeline: 1F1B, sum of stage times + (micro-batches - 1) x the slowest stage; LM head on the last stage",
+           "ZeRO-3 / FSDP: weights gathered in every forward" + (" and again in every backward" if
+                                                                  ctx.reshard_after_forward else "")
+           + ", gradients reduce-scattered, each micro-batch; prefetching hides what the micro-batch's compute covers",
+           "memory: allocated, and reserved (allocated + the caching allocator's fragments of the dynamic memory, "
+           "more with recomputation and virtual pipelines): an out-of-memory follows the reserved figure",
+           *prior_notes(cluster)]
     for i, p in enumerate(cluster.pools):
         e = {k: float(v[i]) for k, v in ctx.eff.items()}
         out.append(f"{p.gpu.name}: mfu {e['mfu']:.2f}, element-wise bandwidth share {e['elementwise_eff']:.2f}, "
@@ -303,6 +388,8 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     # generated tokens over the rollout phase (prefill and the long tail included): what a run measures
     # as its engines' generation rate, unlike decode_tokens_s (the engines' steady decode rate)
     out["generated_tokens_s"] = wl.samples_per_step * wl.response_mean / out["rollout_s"]
+    out["fits"] = bool(out["peak_mem_frac"] <= 1.0 and out["kv_shortfall"] <= 0.0)
+    out["assumptions"] = prior_notes(cl)
     return out
 
 
@@ -313,11 +400,14 @@ LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
 def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER,
                 inputs=None) -> tuple[dict, list[str]]:
     """(predicted figures, notes) for what a training run actually did, from its summary: its batch
-    (prompts x group size), the measured mean prompt and response lengths, the longest response it
-    allowed and its optimizer updates per step. An emulated run (`layout.emulated`) is predicted on
-    `local_cluster` with the layout it really ran (its engines and data-parallel ranks on this
-    machine's devices) and the model it trained, in fp32 (what the CPU runs). `inputs`: the run's
-    PlanInputs (the plan and its specs, already read), else read from `plan_file`."""
+    (prompts x group size), the prompt and response lengths it generated (mean, and the longest
+    response), and its optimizer updates per step. A run whose work ran on this machine's CPU while
+    the plan names other devices (`--emulate`, or a cluster whose GPU types are Ray custom resources
+    on nodes without GPUs: `layout.device` cpu) is predicted on `local_cluster`'s devices with the
+    layout it really ran (its engines and their TP, dp x tp x pp and sharding, as many devices as
+    those take) and the model it trained, in fp32 (what the CPU runs). `inputs`: the run's PlanInputs
+    (the plan and its specs, already read), else read from `plan_file`. `predicted["layout"]` says
+    which layout the figures are for."""
     from problems.placement.plan import PoolRoles, SpecRef
     from problems.placement.planfiles import PlanInputs
 
@@ -325,12 +415,16 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
     plan = inputs.plan
     run, lay, meas = summary.get("run", {}), summary.get("layout", {}), summary.get("measured", {})
     mean = lambda k: max(1, round(meas[k])) if meas.get(k) else None  # noqa: E731
+    longest = int(meas["response_tokens_max"]) if meas.get("response_tokens_max") else run.get("max_new_tokens")
     kw = dict(prompts_per_step=run.get("prompts_per_step"), group_size=run.get("group_size"),
               prompt_len=mean("prompt_tokens_mean"), response_mean=mean("response_tokens_mean"),
-              response_max=run.get("max_new_tokens"), mini_batches=int(run.get("mini_batches") or 1))
+              response_max=longest, mini_batches=int(run.get("mini_batches") or 1))
     if kw["response_max"] is not None and kw["response_mean"] is not None:
         kw["response_max"] = max(kw["response_max"], kw["response_mean"])
     notes = []
+    if meas.get("response_tokens_max") and run.get("max_new_tokens"):
+        notes.append(f"responses as generated: mean {kw['response_mean']}, longest {kw['response_max']} tokens "
+                     f"(allowed {run['max_new_tokens']})")
     wl = inputs.workload()
     model = run.get("model")
     presets = model_presets()
@@ -349,24 +443,68 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         else:
             notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
     cluster = None
-    if lay.get("emulated") and local_cluster is not None:
-        cluster = load_cluster(local_cluster)
-        pool = cluster.pools[0]
-        engines, dp = int(lay.get("engines") or 1), int(lay.get("dp") or 1)
-        tp, pp = int(lay.get("tp") or 1), int(lay.get("pp") or 1)
-        etp = max(lay.get("engine_tp") or [1])  # the TP degree the engines ran with
+    engines, dp = int(lay.get("engines") or plan.rollout_engines), int(lay.get("dp") or plan.train.dp)
+    tp, pp = int(lay.get("tp") or plan.train.tp), int(lay.get("pp") or plan.train.pp)
+    sharding = lay.get("sharding") or plan.train.sharding
+    etp = max(lay.get("engine_tp") or [1])  # as the engines reported it (a summary without: 1, the CPU's)
+    if local_cluster is not None:
+        local = load_cluster(local_cluster)
+        foreign = {p.gpu for p in plan.pools if p.used_gpus} - {q.gpu.name for q in local.pools}
+        on_cpu = lay.get("emulated") or (lay.get("device") == "cpu" and foreign)
+    if local_cluster is not None and on_cpu:
         colo = plan.execution.mode == "colocated"
         ranks = dp * tp * pp
+        devices = max(engines * etp, ranks) if colo else engines * etp + ranks
+        per_node = 1 << max(0, (max(devices, etp, tp) - 1).bit_length())  # one machine: one node holds them all
+        share = min(1.0, _cores() / devices)  # the emulated devices time-share this machine's cores
+        pool = dataclasses.replace(local.pools[0], count=devices, gpus_per_node=per_node)
+        cluster = _time_shared(dataclasses.replace(local, pools=[pool]), share)
+        pool = cluster.pools[0]
         roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region,
                           rollout_gpus=0 if colo else engines * etp, train_gpus=0 if colo else ranks,
-                          shared_gpus=ranks if colo else 0, rollout_tp=etp)
+                          shared_gpus=devices if colo else 0, rollout_tp=etp)
         plan = plan.model_copy(update={
-            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": tp, "pp": pp}),
+            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": tp, "pp": pp, "sharding": sharding}),
             "cluster": SpecRef(name=cluster.name, path=str(local_cluster), sha256="0" * 64)})
         wl = dataclasses.replace(wl, precision="fp32")
-        notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "
-                     f"{cluster.name}'s {pool.gpu.name} devices, fp32")
-    return predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw), notes
+        why = "emulated" if lay.get("emulated") else (f"CPU run ({', '.join(sorted(foreign))} are Ray custom resources "
+                                                     "on nodes without GPUs)")
+        notes.append(f"{why}: predicted for what ran, on {devices} of {cluster.name}'s {pool.gpu.name} devices in fp32: "
+                     f"{engines} engine(s) at TP {etp}, train dp={dp} tp={tp} pp={pp} sharding={sharding}"
+                     + (f"; the {devices} devices share this machine's {_cores()} cores, each at {share:.2g} of a "
+                        "device's speed (a fair share of the cores)" if share < 1 else ""))
+    out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
+    if out.get("repaired"):
+        notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")
+    t = plan.train  # the layout the figures are for
+    out["layout"] = {"engines": plan.rollout_engines, "engine_tp": max(p.rollout_tp for p in plan.pools if p.rollout_engines),
+                     "dp": t.dp, "tp": t.tp, "pp": t.pp, "sharding": t.sharding}
+    return out, notes
+
+
+def _time_shared(cluster: Cluster, share: float) -> Cluster:
+    """The cluster with every device at `share` of its speed: compute and bandwidth figures scaled
+    by it, per-call times (the efficiencies in seconds) by its inverse. How the model sees devices that
+    are slices of fewer CPU cores, each busy process getting its share of them."""
+    if share >= 1.0:
+        return cluster
+    pools = []
+    for p in cluster.pools:
+        g = p.gpu
+        gpu = g.model_copy(update={
+            "tflops": g.tflops * share, "bandwidth_tbs": g.bandwidth_tbs * share,
+            "peak_tflops": {k: v * share for k, v in g.peak_tflops.items()},
+            "intra_node": g.intra_node.model_copy(update={"bandwidth_gbs": g.intra_node.bandwidth_gbs * share})})
+        pools.append(dataclasses.replace(p, gpu=gpu, intra_gbs=p.intra_gbs * share))
+    eff = {gpu: {k: v / share if k.endswith("_s") else v * share if k.endswith(("_gbs", "_tbs")) else v
+                 for k, v in e.items()} for gpu, e in cluster.efficiencies.items()}
+    return dataclasses.replace(cluster, pools=pools, efficiencies=eff)
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def run_sync_s(summary: dict, cluster: Cluster | None, arch: Architecture | None = None) -> float | None:

@@ -3,7 +3,8 @@
 Objectives (all minimised), in this order: OBJECTIVES =
     -throughput_samples_s, cost_usd_h, peak_mem_frac, staleness
 Inequality constraints (G <= 0 is feasible), in this order: CONSTRAINTS =
-    mem_fits          peak memory fraction on the most loaded GPU - max_mem_frac
+    mem_fits          peak memory fraction on the most loaded GPU - max_mem_frac (the caching allocator's
+                      reserved memory, what an out-of-memory follows: model/memory.py)
     kv_fits           (tokens of one longest sample - KV tokens of the smallest engine) / that
     max_cost          (cost - max_cost_usd_h) / max_cost_usd_h            (-1 without a limit)
     min_throughput    (min_throughput - throughput) / min_throughput     (-1 without a limit)
@@ -133,7 +134,7 @@ class PlacementProblem(Problem):
         bad |= pany(used > self.layout.counts)
         bad |= psum(engines) < 1
         bad |= psum(train) < 1
-        bad |= pany((train > 0) & (f["tp"][:, None] > self.layout.gpn))
+        bad |= pany((train > 0) & (self.layout.gpn[None, :] % f["tp"][:, None] != 0))
         return bad.astype(float)
 
     def _executor_violation(self, f) -> np.ndarray:

@@ -19,10 +19,12 @@ from problems.placement.catalog import (
     GPUType,
     IntraNodeLink,
     Precision,
+    generation_priors,
     gpu_aliases,
     gpu_catalog,
     model_presets,
     nearest,
+    with_prior,
 )
 from problems.specio import load_model
 
@@ -57,6 +59,9 @@ class NodeGroupSpec(_Spec):
     gpus_per_node: int = Field(gt=0)
     region: str
     intra_node: IntraNodeLink | None = None
+    inter_node_gbs: float | None = Field(default=None, gt=0, description=(
+        "this group's per-node network, GB/s, when it differs from its region's (desktops on 10 GbE beside "
+        "servers on InfiniBand)"))
 
 
 class GPUTypeSpec(_Spec):
@@ -71,6 +76,8 @@ class GPUTypeSpec(_Spec):
     mfu: float | None = Field(default=None, gt=0, le=1)
     prefill_eff: float | None = Field(default=None, gt=0, le=1)
     decode_eff: float | None = Field(default=None, gt=0, le=1)
+    generation: str | None = Field(default=None, description="architecture generation (problems/placement/data/"
+                                                             "generations.yaml): efficiencies not given come from its prior")
     source: str | None = None
 
 
@@ -146,12 +153,15 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
         if missing:
             raise InputError(path, f"{key}.{missing[0]}", "missing for a GPU type not in the catalog",
                              "tflops, memory_gb, bandwidth_tbs and price_usd_h for a new type")
+        gens = generation_priors()
+        if over.generation is not None and over.generation not in gens:
+            raise InputError(path, f"{key}.generation", f"unknown generation {over.generation!r}", ", ".join(gens))
+        if over.generation is None and any(f not in given for f in ("mfu", "prefill_eff", "decode_eff")):
+            raise InputError(path, f"{key}.generation", "missing for a GPU type not in the catalog",
+                             f"its architecture generation ({', '.join(gens)}), or mfu, prefill_eff and decode_eff")
         given.setdefault("intra_node", IntraNodeLink(kind="pcie", bandwidth_gbs=64).model_dump())
-        given.setdefault("mfu", 0.35)
-        given.setdefault("prefill_eff", 0.5)
-        given.setdefault("decode_eff", 0.6)
         src = over.source or f"given in {Path(path).name}"
-        types[name] = GPUType(name=name, sources={k: src for k in given}, **given)
+        types[name] = GPUType(name=name, **with_prior({**given, "sources": {k: src for k in given}}))
     return types
 
 
@@ -234,9 +244,6 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
         if g.region not in spec.regions:
             raise InputError(path, f"{key}.region", f"unknown region {g.region!r}",
                              f"one of the regions: {', '.join(regions)}")
-        if g.gpus_per_node & (g.gpus_per_node - 1):
-            raise InputError(path, f"{key}.gpus_per_node", f"got {g.gpus_per_node}",
-                             "a power of two (1, 2, 4, 8, 16), so tensor-parallel groups tile a node")
         grouped.setdefault((canonical, g.region), []).append(g)
 
     index = {r: i for i, r in enumerate(regions)}
@@ -273,7 +280,8 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
             count=sum(g.nodes * g.gpus_per_node for g in groups),
             gpus_per_node=min(g.gpus_per_node for g in groups),
             intra_gbs=intra,
-            inter_gbs=spec.regions[region].inter_node_gbs,
+            # a pool's nodes talk over the slowest network among its groups
+            inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
         ))
     return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies)
 
@@ -287,9 +295,18 @@ def load_cluster(path: str | Path) -> Cluster:
 # ---------------------------------------------------------------- workload.yaml
 
 
+# log-space standard deviation of response lengths when a workload does not give one: from Seer's
+# synchronous RL rollouts, where the last 10% of requests take up to half the rollout (derivation in
+# problems/placement/model/lengths.py)
+DEFAULT_SIGMA = 0.32
+
+
 class ResponseLength(_Spec):
     mean: int = Field(gt=0)
     max: int = Field(gt=0)
+    sigma: float = Field(default=DEFAULT_SIGMA, ge=0, le=3, description=(
+        "log-space standard deviation of the (log-normal, cut at max) response lengths; 0: every response "
+        "`mean` tokens. Default from Seer's RL rollouts (problems/placement/model/lengths.py)"))
 
     @model_validator(mode="after")
     def _max_at_least_mean(self) -> "ResponseLength":
@@ -316,6 +333,8 @@ class WorkloadSpec(_Spec):
         default="flash", description="flash: fused kernels, no s x s score matrix (FlashAttention, SDPA); "
                                      "unfused: scores computed and stored (Megatron's default before --use-flash-attn)")
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
+    sequence_packing: bool = Field(default=False, description="training packs sequences without padding (verl "
+                                                              "use_remove_padding, AReaL): micro-batches of mean length")
 
 
 @dataclass(frozen=True)
@@ -335,6 +354,8 @@ class Workload:
     has_critic: bool
     attention: str = "flash"
     model_dir: str | None = None  # the model's local Hugging Face directory, when `model:` named one
+    response_sigma: float = DEFAULT_SIGMA
+    sequence_packing: bool = False
 
     @property
     def samples_per_step(self) -> int:
@@ -398,6 +419,7 @@ def load_workload(path: str | Path) -> Workload:
         prompt_len=spec.prompt_len, response_mean=spec.response_len.mean, response_max=spec.response_len.max,
         max_staleness=spec.max_staleness, precision=spec.precision,
         has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
+        response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
     )
 
 

@@ -7,7 +7,8 @@ import pytest
 from problems.placement.catalog import gpu_catalog, model_presets
 from problems.placement.specs import load_cluster
 
-REQUIRED_GPUS = ["H100", "H200", "A100-80G", "A100-40G", "L40S", "L4", "A10G", "V100", "T4", "RTX-4090", "MI300X"]
+REQUIRED_GPUS = ["H100", "H200", "A100-80G", "A100-40G", "L40S", "L4", "A10G", "V100", "T4", "RTX-4090", "MI300X",
+                 "GB200", "B200", "MI355X", "RTX-A6000", "RTX-3090", "H20", "H800", "A800", "A40"]
 SOURCED = ["tflops", "memory_gb", "bandwidth_tbs", "intra_node", "price_usd_h", "mfu", "prefill_eff", "decode_eff"]
 
 
@@ -40,7 +41,7 @@ def test_override_and_new_gpu_type(tmp_path):
     path.write_text(
         "name: c\nregions: {r: {inter_node_gbs: 10}}\n"
         "gpu_types:\n  H100: {price_usd_h: 1.5, source: our contract}\n"
-        "  X1: {tflops: 200, memory_gb: 32, bandwidth_tbs: 1.2, price_usd_h: 0.9}\n"
+        "  X1: {tflops: 200, memory_gb: 32, bandwidth_tbs: 1.2, price_usd_h: 0.9, generation: ada}\n"
         "node_groups:\n  - {gpu: h100-sxm, nodes: 1, gpus_per_node: 8, region: r}\n"
         "  - {gpu: X1, nodes: 2, gpus_per_node: 4, region: r}\n"
     )
@@ -50,6 +51,51 @@ def test_override_and_new_gpu_type(tmp_path):
     assert pools["H100@r"].gpu.sources["price_usd_h"] == "our contract"
     assert pools["H100@r"].gpu.tflops == gpu_catalog()["H100"].tflops  # untouched fields kept
     assert pools["X1@r"].count == 8 and pools["X1@r"].gpu.memory_gb == 32
+    # efficiencies it does not give come from its generation's prior, which its sources name
+    x1 = pools["X1@r"].gpu
+    assert x1.decode_eff == gpu_catalog()["L40S"].decode_eff
+    assert x1.sources["decode_eff"].startswith("prior of generation ada")
+
+
+def test_a_new_gpu_type_without_a_generation_or_efficiencies_is_refused(tmp_path):
+    from problems.errors import InputError
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 10}}\n"
+                    "gpu_types:\n  X1: {tflops: 200, memory_gb: 32, bandwidth_tbs: 1.2, price_usd_h: 0.9}\n"
+                    "node_groups:\n  - {gpu: X1, nodes: 1, gpus_per_node: 4, region: r}\n")
+    with pytest.raises(InputError, match=r"gpu_types\.X1\.generation: missing"):
+        load_cluster(path)
+    path.write_text(path.read_text().replace("price_usd_h: 0.9}", "price_usd_h: 0.9, generation: kepler}"))
+    with pytest.raises(InputError, match="unknown generation 'kepler'"):
+        load_cluster(path)
+    # all three efficiencies given: no prior needed
+    path.write_text(path.read_text().replace("generation: kepler", "mfu: 0.4, prefill_eff: 0.5, decode_eff: 0.7"))
+    assert load_cluster(path).pools[0].gpu.mfu == 0.4
+
+
+def test_every_generation_prior_has_a_source_and_every_catalog_type_a_generation():
+    from problems.placement.catalog import generation_priors
+
+    for name, g in generation_priors().items():
+        assert g["source"] and 0 < g["mfu"] <= 1 and 0 < g["decode_eff"] <= 1, name
+    assert all(g.generation for n, g in gpu_catalog().items() if n != "cpu-local")
+
+
+def test_six_and_ten_gpu_servers_take_the_tp_degrees_that_tile_them(tmp_path):
+    from problems.placement.encoding import Layout
+    from problems.placement.specs import load_workload
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 10}}\nnode_groups:\n"
+                    "  - {gpu: RTX-4090, nodes: 2, gpus_per_node: 6, region: r}\n"
+                    "  - {gpu: L40S, nodes: 1, gpus_per_node: 10, region: r}\n")
+    cluster = load_cluster(path)
+    wl = load_workload("problems/workloads/qwen2.5-7b-grpo.yaml")  # 28 heads, 4 KV heads
+    lay = Layout.build(cluster, wl)
+    assert list(lay.tp_options) == [1, 2]  # 3, 5, 6 and 10 do not divide the 4 KV heads (Megatron)
+    opts = {p.id: list(lay.rtp_options[i][: lay.rtp_n[i]]) for i, p in enumerate(cluster.pools)}
+    assert opts == {"RTX-4090@r": [1, 2], "L40S@r": [1, 2]}  # vLLM also needs the 28 heads divided
 
 
 def test_widest_path_routes_through_a_relay(tmp_path):

@@ -60,7 +60,7 @@ def test_check_plan_accepts_a_valid_plan_and_refuses_a_tp_wider_than_a_node(tmp_
     check_plan(load_plan(_plan(tmp_path, rollout_tp=2, train_tp=2, dp=1)), workload, cluster)
     wide = load_plan(_plan(tmp_path, rollout_tp=1, train_tp=8, dp=1))
     if cluster.pools[0].gpus_per_node < 8:
-        with pytest.raises(InputError, match="spans more than a node"):
+        with pytest.raises(InputError, match="does not tile a training node of 4 GPUs"):
             check_plan(wide, workload, cluster)
 
 

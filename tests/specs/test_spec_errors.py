@@ -67,10 +67,12 @@ CLUSTER_CASES = {
                        "node_groups[0].gpus_per_node: got -8 (a number > 0)"),
     "unknown gpu": (GOOD_CLUSTER.replace("gpu: H100", "gpu: H10"),
                     "node_groups[0].gpu: unknown GPU type 'H10' (a catalog type or one defined under "
-                    "gpu_types; nearest: H100, V100, H200)"),
-    "gpus per node not a power of two": (GOOD_CLUSTER.replace("gpus_per_node: 4", "gpus_per_node: 6"),
-                                         "node_groups[1].gpus_per_node: got 6 (a power of two (1, 2, 4, 8, 16), "
-                                         "so tensor-parallel groups tile a node)"),
+                    "gpu_types; nearest: H100, H20, V100)"),
+    "new gpu type without a generation": (GOOD_CLUSTER.replace("node_groups:", "gpu_types:\n  X9: {tflops: 100, "
+                                          "memory_gb: 24, bandwidth_tbs: 1, price_usd_h: 1}\nnode_groups:"),
+                                          "gpu_types.X9.generation: missing for a GPU type not in the catalog (its "
+                                          "architecture generation (hopper, blackwell, ampere, ampere-gddr, ada, turing, "
+                                          "volta, cdna3, cdna4), or mfu, prefill_eff and decode_eff)"),
     "link to unknown region": (GOOD_CLUSTER.replace("between: [east, west]", "between: [east, north]"),
                                "links[0].between[1]: unknown region 'north' (one of the regions: east, west)"),
     "unreachable region": (GOOD_CLUSTER.replace(
@@ -100,7 +102,7 @@ def test_bad_cluster(tmp_path, capsys, case):
 
 WORKLOAD_CASES = {
     "unknown preset": (GOOD_WORKLOAD.replace("qwen2.5-1.5b", "qwen2.5-1.6b"),
-                       "model: unknown model preset 'qwen2.5-1.6b' (a preset name or an architecture mapping; "
+                       "model: unknown model preset 'qwen2.5-1.6b' (a preset name, a local Hugging Face model directory or an architecture mapping; "
                        "nearest: qwen2.5-1.5b, qwen2.5-14b, qwen2.5-0.5b)"),
     "bad algorithm": (GOOD_WORKLOAD.replace("grpo", "dpo"),
                       "algorithm: got 'dpo' (one of 'grpo' or 'ppo')"),

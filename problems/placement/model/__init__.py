@@ -12,6 +12,7 @@ from problems.placement.model import cost as _cost
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
 from problems.placement.model.memory import (
     activation_bytes,
+    gathered_bytes,
     model_state_bytes,
     params_sharded,
     train_peak_bytes,
@@ -51,7 +52,8 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     states = model_state_bytes(ctx, tp, pp, dp, f["sharding"], f["optimizer_offload"])  # (N,)
     acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None],
                             f["recompute"][:, None], tr["micro_batches"])  # (N, P)
-    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx)
+    gathered = gathered_bytes(ctx, tp, pp, dp, f["sharding"])[:, None]
+    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, f["recompute"][:, None], gathered)
     rollout_peak = f["kv_mem_frac"][:, None] * ctx.mem
     shared = f["shared_gpus"] > 0
     peak = np.where(shared, np.maximum(reserved, rollout_peak),

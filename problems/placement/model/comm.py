@@ -3,8 +3,12 @@
 Sources (shared reference systems.md): ring all-reduce moves 2(n-1)/n * bytes over the slowest
 link of the ring (Metis `_get_dp_cost`, Sailor). Hierarchical (NCCL tree/ring over nodes): GPUs of
 a node first reduce over the intra-node link, then nodes all-reduce the whole gradient over their
-network interface. ZeRO-3/FSDP gathers parameters in forward and backward and reduce-scatters
-gradients: 3 x (n-1)/n x bytes instead of 2 x (ZeRO paper, Rajbhandari et al.).
+network interface. ZeRO-1/2 (Megatron's distributed optimizer) move one all-reduce's volume per step
+(reduce-scatter of gradients, all-gather of updated weights). ZeRO-3/FSDP gathers the weights in
+every forward and (resharding after forward, FSDP2's and DeepSpeed's default) again in the backward,
+and reduce-scatters gradients, every micro-batch (ZeRO paper, Rajbhandari et al.; FSDP2 without
+`no_sync`); prefetching the next unit overlaps that traffic with compute, so only what exceeds the
+micro-batch's compute, and each pass's first unit, is exposed (`fsdp_traffic_s`).
 
 Small messages pay a fixed cost per collective (the alpha of the alpha-beta model: Hockney 1994;
 Thakur, Rabenseifner & Gropp 2005), so layouts that issue many small collectives per micro-batch
@@ -44,6 +48,29 @@ def fsdp_collectives(units, n_fwd, n_bwd):
     after forward), and reduce-scatters each unit's gradient once."""
     units = np.asarray(units, dtype=float)
     return n_fwd * units + n_bwd * (units - 1.0), n_bwd * units
+
+
+def dp_ring_bw(intra, inter, gpn, gpus_per_replica, nodes, cross_bw, n_regions):
+    """Bytes/s per rank of a ring over the data-parallel ranks that hold one shard (one GPU of each
+    replica). Inside one node: the node's link. Across nodes: a node's NIC carries the rings of as many
+    shards as the node holds GPUs of one replica (min(GPUs per node, tp x pp)), each its share. Across
+    regions: the region link carries the rings of all tp x pp shards."""
+    g = np.maximum(np.asarray(gpus_per_replica, dtype=float), 1.0)
+    shards = np.minimum(gpn, g)
+    bw = np.where(nodes > 1, np.minimum(intra, inter / shards), intra)
+    return np.where(n_regions > 1, np.minimum(bw, cross_bw / g), bw)
+
+
+def fsdp_traffic_s(weight_bytes, grad_bytes, dp, ring_bw, latency, gathers, scatters):
+    """(seconds of one micro-batch's ZeRO-3 / FSDP traffic, seconds of one all-gather) for a rank whose
+    stage shard is `weight_bytes` of weights and `grad_bytes` of gradients: `gathers` all-gathers of the
+    weights (each forward pass; each backward again when units reshard after forward) and `scatters`
+    reduce-scatters of the gradients (each backward), each a ring over the dp ranks: (dp - 1)/dp of the
+    bytes over `ring_bw` plus dp - 1 latencies (Rajbhandari et al., ZeRO; PyTorch FSDP2 `fully_shard`)."""
+    frac = (dp - 1.0) / np.maximum(dp, 1.0)
+    ag = np.where(dp > 1, frac * weight_bytes / ring_bw + (dp - 1.0) * latency, 0.0)
+    rs = np.where(dp > 1, frac * grad_bytes / ring_bw + (dp - 1.0) * latency, 0.0)
+    return gathers * ag + scatters * rs, ag
 
 
 def dp_gradient_sync_s(grad_bytes, dp, gpus_per_replica, nodes, intra, inter_node, cross_bw, n_regions,

@@ -4,7 +4,7 @@ After STWeaver/STAlloc (arXiv 2507.16274): a training iteration allocates the sa
 same order every time, so their addresses can be planned offline from their lifetimes; PyTorch's
 caching allocator instead reuses cached blocks greedily and fragments (up to 43% wasted).
 Here the tensors of one iteration on the most loaded training GPU (first pipeline stage, 1F1B
-schedule, variable sequence lengths as in RL) are listed with their lifetimes, then
+schedule, variable sequence lengths as in RL, drawn from the workload's length distribution) are listed with their lifetimes, then
 - `planned`: placed offline, largest first, at the lowest address free over their whole lifetime;
 - `caching`: replayed through a simplified PyTorch caching allocator (512 B rounding; 2 MiB
   segments for small requests, 20 MiB for requests under 10 MiB, else rounded to 2 MiB; best-fit
@@ -27,10 +27,10 @@ MAX_SIM_MICRO = 4  # micro-batches past the pipeline depth add nothing new to th
 
 
 def _lengths(ctx: ModelContext, n: int, seed: int = 0) -> np.ndarray:
-    """Padded sequence length of each micro-batch: responses ~ exponential(mean) capped at max."""
-    rng = np.random.default_rng(seed)
-    resp = np.minimum(rng.exponential(ctx.resp_mean, size=n), ctx.resp_max)
-    resp[0] = ctx.resp_max  # the longest sample is in the batch
+    """Padded sequence length of each micro-batch: responses drawn from the workload's length distribution
+    (model/lengths.py), the longest one in the batch."""
+    resp = ctx.lengths.sample(n, seed) if ctx.lengths is not None else np.full(n, float(ctx.resp_mean))
+    resp[0] = ctx.resp_max
     return ctx.prompt_len + np.ceil(resp)
 
 

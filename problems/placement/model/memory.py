@@ -12,6 +12,21 @@ Sources (shared reference systems.md):
   torchtitan's selective op checkpointing keeps the layer input, every other matmul output and
   attention's output (`selective_op_split`).
 - KV cache bytes = 2 * layers * kv_heads * head_dim * tokens * bytes_per_elem.
+- ZeRO-3 / FSDP hold the full weights of the unit computing and of the next one it prefetches
+  (FSDP2's implicit prefetch, DeepSpeed's prefetch bucket); units kept unsharded after forward
+  (`reshard_after_forward=False`) hold the whole stage's weights from forward to backward.
+
+Memory as allocated and as reserved. PyTorch's caching allocator keeps freed blocks for reuse and
+asks the driver for new segments when no cached block fits, so a run goes out of memory when its
+*reserved* memory (allocated + fragments) reaches the device's capacity: the memory objective and the
+`mem_fits` constraint use the reserved figure. The fragments come from the dynamic tensors
+(activations, gathered weights): STWeaver (arXiv 2507.16274) measured default allocators wasting up
+to 43% of memory, more with recomputation and virtual pipelines, which break the tensors' regular
+lifetimes. Modelled: reserved dynamic = allocated dynamic x (1 + waste), waste = `alloc_waste` (0.30
+assumed, refit by calibration) plus ALLOC_WASTE_RECOMPUTE with full recomputation and
+ALLOC_WASTE_INTERLEAVE with virtual pipeline stages; with both the dynamic memory's waste share
+reaches STWeaver's 43% (1 - 1/1.754). An RL process shows the same: cosmos-rl (PR #388, Qwen2.5-7B)
+reserved 127.0 GB for 60.9 GB allocated (96.6 GB with expandable segments).
 All arrays are (N, P): plans x pools.
 """
 
@@ -25,6 +40,10 @@ from problems.placement.model.params import ModelContext
 # 2048 is its long-standing default for chunked prefill (assumed)
 ENGINE_BATCHED_TOKENS = 2048
 SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(5)
+# extra allocator waste (as a share of the dynamic memory allocated) with full recomputation and with
+# virtual pipeline stages: the two together take the base 0.30 to STWeaver's worst case of 43% of the
+# reserved dynamic memory wasted (1 / (1 - 0.43) = 1.754); split evenly (assumed: the paper names both)
+ALLOC_WASTE_RECOMPUTE = ALLOC_WASTE_INTERLEAVE = (1.0 / (1.0 - 0.43) - 1.30) / 2.0
 
 
 def selective_op_split(hidden, q_dim, kv_dim, ffn, gated=True):
@@ -83,8 +102,12 @@ def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload) -> np.nd
 
 
 def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.ndarray:
-    """Activations held at the peak of a 1F1B schedule on the first stage, plus the loss logits."""
+    """Activations held at the peak of a 1F1B schedule on the first stage, plus the loss logits. Padded
+    micro-batches hold `mb` sequences of the longest length; packed ones (`ctx.packing`: padding removed,
+    sequences concatenated up to a token budget) mb sequences of the mean length, at least the longest."""
     s = ctx.prompt_len + ctx.resp_max  # the longest sample sets the peak
+    if ctx.packing:
+        s = np.maximum(ctx.prompt_len + ctx.resp_mean, s / np.maximum(mb, 1))
     scale = ctx.bpe / 2  # Korthikanti's coefficients count 16-bit elements
     sbh = s * mb * ctx.hidden
     # unfused attention also keeps the scores, softmax output and dropout mask: 5as/(ht) per element
@@ -130,9 +153,27 @@ def kv_budget_bytes(ctx: ModelContext, rtp, kv_frac, max_num_seqs) -> np.ndarray
     return np.maximum(per_gpu, 0.0) * rtp
 
 
-def train_peak_bytes(states, acts, ctx: ModelContext) -> tuple[np.ndarray, np.ndarray]:
-    """(allocated peak, caching-allocator estimate) per training GPU, runtime included."""
+def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding) -> np.ndarray:
+    """ZeRO-3 / FSDP weights gathered on a GPU at once, beyond its shard: the unit computing and the one
+    prefetched (each decoder layer a unit), or, units kept unsharded after forward, the whole stage."""
+    w, _, _ = state_bytes_per_param(ctx.bpe)
+    stage = stage_params(ctx, pp) / tp
+    layers = np.ceil(ctx.layers / pp) if ctx.stage_layers is None else float(ctx.stage_layers.max())
+    unit = stage / (layers + 1.0)
+    dpf = np.maximum(dp, 1).astype(float)
+    held = stage if not ctx.reshard_after_forward else np.minimum(2.0 * unit, stage)
+    copies = 1.0 + ctx.has_critic
+    return np.where(params_sharded(sharding) & (dpf > 1), held * w * (dpf - 1) / dpf * copies, 0.0)
+
+
+def train_peak_bytes(states, acts, ctx: ModelContext, recompute=0, gathered=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(allocated, reserved) peak per training GPU, runtime included: the caching allocator's fragments
+    grow the dynamic part (activations, gathered weights) by `alloc_waste`, more with recomputation and
+    virtual pipelines (module doc)."""
     runtime = ctx.eff["runtime_gb"] * 1e9
-    allocated = states + acts + runtime
-    reserved = states + acts * (1 + ctx.eff["alloc_waste"]) + runtime
+    dynamic = acts + gathered
+    allocated = states + dynamic + runtime
+    waste = (ctx.eff["alloc_waste"] + ALLOC_WASTE_RECOMPUTE * np.asarray(recompute, dtype=float)
+             + ALLOC_WASTE_INTERLEAVE * (ctx.interleave > 1))
+    reserved = states + dynamic * (1 + waste) + runtime
     return allocated, reserved

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from problems.errors import InputError
+from problems.placement.model.lengths import Lengths, build as build_lengths
 from problems.placement.specs import Cluster, Workload
 
 # Per-GPU-type parameters beyond the catalog; each can be overridden per GPU type.
@@ -63,6 +64,9 @@ DEFAULTS = {
     # CUDA-graph/overlapped GPU stacks (0 by default), measured on CPU by `mosearch profile`
     "tp_op_s": 0.0,
     "fsdp_op_s": 0.0,
+    # fixed time of one inference kernel (launch and small-kernel floor; a decode step runs
+    # DECODE_KERNELS_PER_LAYER per layer): the catalog's infer_fit where measured operators give it, else 0
+    "kernel_s": 0.0,
     # 1 = TP over separate q/k/v and gate/up projections (mosearch's trainer, DTensor on HF layers:
     # a profiled device is run by it), 0 = Megatron's fused column-parallel blocks
     "tp_split_projections": 0.0,
@@ -147,6 +151,28 @@ class ModelContext:
     interleave: int = 1
     # optimizer updates per step, each on an equal slice of the batch (the trainer's --mini-batches)
     updates: int = 1
+    # ZeRO-3 / FSDP units free their gathered weights after forward and gather them again in backward
+    # (FSDP2 `reshard_after_forward=True`, DeepSpeed ZeRO-3's default); False keeps them from forward to
+    # backward (one gather per micro-batch fewer, the stage's weights held unsharded)
+    reshard_after_forward: bool = True
+    # sequence packing in training micro-batches (padding removed; verl use_remove_padding, AReaL)
+    packing: bool = False
+    # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
+    lengths: Lengths | None = None
+    group: int = 1
+
+    @property
+    def unit_costs(self) -> dict[str, np.ndarray]:
+        """Per pool (P,), for one GPU of an engine (divide by its TP): seconds to read the weights, per KV
+        token read, matmul seconds per sequence-step, attention seconds per KV token (the decode roofline
+        of model/rollout.py); formed once, when first asked (after any efficiencies are set)."""
+        if "_unit_costs" not in self.__dict__:
+            bw = self.hbm * self.eff["decode_eff"]
+            fl = self.flops * self.eff["prefill_eff"]
+            self.__dict__["_unit_costs"] = {
+                "weights": self.weight_bytes / bw, "kv_read": self.kv_bytes_per_token / bw,
+                "flop_seq": 2.0 * (self.matmul_params or self.params) / fl, "flop_kv": 4.0 * self.layers * self.q_dim / fl}
+        return self.__dict__["_unit_costs"]
 
     @property
     def n_pools(self) -> int:
@@ -173,7 +199,7 @@ def build_context(cluster: Cluster, workload: Workload,
     eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
-               **p.gpu.train_fit}
+               **p.gpu.train_fit, **p.gpu.infer_fit}
         row.update(KIND_DEFAULTS.get(p.gpu.intra_node.kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
         row.setdefault("elementwise_eff", row["decode_eff"])
@@ -220,4 +246,7 @@ def build_context(cluster: Cluster, workload: Workload,
         state_tensors=m.state_tensors,
         tp_sharded_tensors=m.tp_sharded_tensors,
         flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
+        lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
+        group=workload.samples_per_prompt,
+        packing=workload.sequence_packing,
     )

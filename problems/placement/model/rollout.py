@@ -1,4 +1,4 @@
-"""Rollout (generation) time by roofline, per engine and over unequal engines.
+"""Rollout (generation) time by roofline, integrated over the response-length distribution.
 
 Sources (shared reference systems.md): decode is memory-bandwidth bound (each step reads the
 weights and the KV cache of every running sequence), prefill is compute bound; roofline time =
@@ -6,18 +6,34 @@ max(ops / achieved FLOP/s, bytes / achieved bandwidth) (LLM-Viewer); per-GPU-typ
 (achieved share of peak) are fitted from measured operator times (Vidur-style profiles).
 Attention FLOPs per token and layer: 4 * q_dim * context (QK^T and AV, Narayanan et al.).
 Tensor parallelism adds two all-reduces of the hidden state per layer (Megatron-LM).
-A synchronous step ends when its longest sample ends: the max-length response needs
-`response_max` sequential decode steps (the long tail).
+
+An engine (vLLM's continuous batching, V1 scheduler) holds up to `max_num_seqs` sequences, fewer when
+its KV cache cannot hold them; it admits a queued sequence as soon as a slot frees, and preempts
+(recomputes later) sequences whose KV blocks run out. Its share of a step's samples runs as
+- a bulk: while sequences wait, the running batch stays full, at the steady mix of ages (the mean
+  age of a renewal process, E[L^2] / 2E[L]);
+- a drain: the last cohort (all the share when it fits at once, as in most RL steps) decodes one
+  token per step, its batch shrinking as responses end (`lengths.Lengths`: the survival of the
+  length distribution), until its longest response ends: the tail a synchronous step waits for,
+  where each step costs about one read of the weights however few sequences remain.
+Prefill runs once per prompt group (prefix caching: a group's samples share the prompt, vLLM's
+default) in chunks of `ENGINE_BATCHED_TOKENS`, each chunk at least one read of the weights;
+preempted sequences prefill again what they had.
+An asynchronous rollout keeps the batch full across steps: its generation time is the bulk rate
+over all the step's tokens (`rollout_bulk_s`); `rollout_tail_s` is what a synchronous drain adds.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from problems.placement.model.comm import ring_allreduce_s
-from problems.placement.model.memory import kv_budget_bytes
+from problems.placement.model.memory import ENGINE_BATCHED_TOKENS, kv_budget_bytes
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import pmax, pmin, psum
+
+# kernels of one decode step per layer whose floor the operator fit measured (benchmarks/model_validation.py:
+# the q/k/v, output, MLP up and down projections and attention)
+DECODE_KERNELS_PER_LAYER = 5
 
 
 # ---------------------------------------------------------------- operator level (also validated)
@@ -45,55 +61,109 @@ def attn_prefill_op_s(chunk, kv_len, kv_heads, head_dim, heads, tp, flops, hbm, 
 
 
 # ---------------------------------------------------------------- engine level, (N, P) arrays
-def attn_flops_per_token(ctx: ModelContext, context) -> np.ndarray:
-    return 4.0 * ctx.layers * ctx.q_dim * context
+UNIT_COSTS = ("weights", "kv_read", "flop_seq", "flop_kv")  # ModelContext.unit_costs
+
+
+class EngineCosts:
+    """Per pool (arrays broadcasting to (N, P)): seconds of one decode step of an engine of `rtp` GPUs as
+    step(b, kv) = max(weights + kv * kv_read, b * flop_seq + kv * flop_kv) + fixed + b * comm_seq
+    for b running sequences holding kv KV tokens in all."""
+
+    def __init__(self, ctx: ModelContext, rtp):
+        e = ctx.eff
+        r = np.asarray(rtp, dtype=float)
+        u = ctx.unit_costs
+        self.weights, self.kv_read, self.flop_seq, self.flop_kv = (u[k] / r for k in UNIT_COSTS)
+        # two all-reduces of each sequence's hidden state per layer: the bytes of a ring, and per all-reduce
+        # two latencies (a decode step's messages are small: one-shot all-reduces, vLLM's custom all-reduce
+        # or NCCL's low-latency protocol, write to the peers and read theirs, whatever the TP degree)
+        tp = r > 1
+        self.comm_seq = np.where(tp, 2 * ctx.layers * 2.0 * (r - 1) / r * ctx.hidden * ctx.bpe / ctx.intra, 0.0)
+        self.fixed = (np.where(tp, 2 * ctx.layers * 2.0 * e["collective_latency_s"], 0.0) + e["decode_step_s"]
+                      + ctx.layers * DECODE_KERNELS_PER_LAYER * e["kernel_s"])
+
+    def step(self, b, kv):
+        return np.maximum(self.weights + kv * self.kv_read, b * self.flop_seq + kv * self.flop_kv) \
+            + self.fixed + b * self.comm_seq
+
+    def prefill(self, tokens, context):
+        """Prefill of `tokens` new tokens attending to `context` earlier ones on average, in chunks."""
+        compute = tokens * (self.flop_seq + context * self.flop_kv)
+        return np.maximum(compute, np.ceil(tokens / ENGINE_BATCHED_TOKENS) * self.weights)
+
+
+def fixed_batch_s(ctx: ModelContext, rtp: int, batch: int, prompt: int, output: int, pool: int = 0) -> float:
+    """One engine generating `output` tokens for each of `batch` sequences of `prompt` tokens at once (the
+    fixed-length benchmarks of inference engines: every response runs to the limit): the prompts'
+    prefill, then one decode step per output token at the full batch, the KV cache growing."""
+    c = EngineCosts(ctx, np.array([rtp]))
+    pick = lambda v: float(np.asarray(v).ravel()[pool] if np.ndim(v) else v)  # noqa: E731
+    w, kvr, fs, fk, fx, cs = (pick(x) for x in (c.weights, c.kv_read, c.flop_seq, c.flop_kv, c.fixed, c.comm_seq))
+    s = np.arange(output, dtype=float)
+    kv = batch * (prompt + s)
+    decode = np.maximum(w + kv * kvr, batch * fs + kv * fk) + fx + batch * cs
+    pre = max(batch * prompt * (fs + prompt / 2.0 * fk), np.ceil(batch * prompt / ENGINE_BATCHED_TOKENS) * w)
+    return float(pre + decode.sum())
 
 
 def decode_step_s(ctx: ModelContext, rtp, batch, context):
     """One decode step of an engine of `rtp` GPUs running `batch` sequences of mean `context` tokens."""
-    e = ctx.eff
-    bw = rtp * ctx.hbm * e["decode_eff"]
-    fl = rtp * ctx.flops * e["prefill_eff"]
-    memory = (ctx.weight_bytes + batch * context * ctx.kv_bytes_per_token) / bw
-    compute = batch * (2.0 * ctx.params + attn_flops_per_token(ctx, context)) / fl
-    tp_comm = np.where(rtp > 1, 2 * ctx.layers * ring_allreduce_s(batch * ctx.hidden * ctx.bpe, rtp, ctx.intra,
-                                                                   e["collective_latency_s"]), 0.0)
-    return np.maximum(memory, compute) + tp_comm + e["decode_step_s"]
+    return EngineCosts(ctx, rtp).step(batch, batch * context)
 
 
 def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
-    """Rollout of one step's samples over all engines, load balanced by engine speed."""
+    """Rollout of one step's samples over all engines, shares balanced by engine speed."""
+    L = ctx.lengths
     rtp = f["rollout_tp"]
     engines = (f["rollout_gpus"] + f["shared_gpus"]) // rtp  # (N, P)
-    n_eng = np.maximum(psum(engines), 1)
-    kv_frac, mns = f["kv_mem_frac"], f["max_num_seqs"]
-    kv_tokens = kv_budget_bytes(ctx, rtp, kv_frac, mns) / ctx.kv_bytes_per_token
-    footprint = ctx.prompt_len + ctx.resp_mean  # tokens a sequence holds near its end
-    per_engine_share = np.ceil(ctx.samples / n_eng)[:, None]
-    conc = np.minimum(np.minimum(mns[:, None], np.floor(kv_tokens / footprint)), per_engine_share)
-    conc = np.maximum(conc, 1.0)
-    mean_ctx = ctx.prompt_len + ctx.resp_mean / 2.0
-    step = decode_step_s(ctx, rtp, conc, mean_ctx)
-    dec_rate = np.where(engines > 0, engines * conc / step, 0.0)  # tokens/s per pool
-    fl = rtp * ctx.flops * ctx.eff["prefill_eff"]
-    pre_rate = np.where(engines > 0, engines * fl / (2.0 * ctx.params + attn_flops_per_token(ctx, ctx.prompt_len / 2.0)), 0.0)
-    dec_total = np.maximum(psum(dec_rate), 1e-30)
-    pre_total = np.maximum(psum(pre_rate), 1e-30)
-    # balanced split: every engine finishes its share of tokens at the same time
-    bulk = ctx.samples * (ctx.resp_mean / dec_total + ctx.prompt_len / pre_total)
-    # the longest sample: response_max sequential steps at the engine's running batch; the
-    # slowest engine that holds samples bounds the step (lengths are unknown when assigning)
-    tail_ctx = ctx.prompt_len + ctx.resp_max / 2.0
-    tail_step = decode_step_s(ctx, rtp, conc, tail_ctx)
-    tail = pmax(np.where(engines > 0, ctx.resp_max * tail_step, 0.0))
+    has = engines > 0
+    mns = f["max_num_seqs"][:, None].astype(float)
+    kv_tokens = kv_budget_bytes(ctx, rtp, f["kv_mem_frac"], f["max_num_seqs"]) / ctx.kv_bytes_per_token
+    p = float(ctx.prompt_len)
+    c = EngineCosts(ctx, rtp)
+    # steady continuous batching: as many sequences as the slots and the KV cache hold, at the mean age
+    ctx_ss = p + L.mean_age
+    full = np.maximum(np.minimum(mns, np.floor(kv_tokens / ctx_ss)), 1.0)
+    t_full = c.step(full, full * ctx_ss)
+    # each engine's share of the samples, in proportion to its steady token rate (all finish together)
+    rate = np.where(has, full / t_full, 0.0)
+    share = ctx.samples * rate / np.maximum(psum(engines * rate), 1e-30)[:, None]
+    # the drain cohort: the share if it fits at once (slots, and KV at the cohort's peak), else a full batch
+    fits = np.floor(kv_tokens / max(L.kv_peak(p), ctx_ss))
+    m = np.maximum(np.minimum(np.minimum(share, full), fits), np.minimum(share, 1.0))
+    # vLLM admits while the prompts' blocks are free and preempts at the KV peak: those prefill again
+    admitted = np.minimum(np.minimum(share, mns), np.floor(kv_tokens / p))
+    preempted = np.maximum(admitted - m, 0.0)
+    prefill = c.prefill(share * p / ctx.group + preempted * (p + L.mean_age), p / 2.0)
+    bulk = np.maximum(share - m, 0.0) * L.mean / full * t_full
+    # drain: per length segment, the cohort's alive sequence-steps and KV tokens read, up to its longest;
+    # every roofline term scales with 1/rtp, so the segments' per-pool factors are formed once
+    end = L.longest_of(m)
+    lo, seg = L.edges[:-1, None], L.steps[:, None]
+    kv_seg = (p * L.alive + L.second)[:, None]  # KV tokens read per cohort sequence in each segment (K, 1)
+    alive = L.alive[:, None]
+    r = np.asarray(rtp, dtype=float)
+    u = ctx.unit_costs
+    drain = np.empty_like(m)
+    for j in range(m.shape[1]):  # (K, N) per pool: numpy sums a short leading axis fast, a trailing one slowly
+        steps = np.minimum(np.maximum(end[:, j] - lo, 0.0), seg)
+        mj = m[:, j]
+        mem = steps * u["weights"][j] + mj * (u["kv_read"][j] * kv_seg)
+        comp = mj * (u["flop_seq"][j] * alive + u["flop_kv"][j] * kv_seg)
+        drain[:, j] = np.maximum(mem, comp).sum(axis=0) / r[:, j] + np.asarray(c.fixed)[..., j] * steps.sum(axis=0)
+    drain = drain + np.asarray(c.comm_seq) * m * L.mean
+    sync = np.where(has, prefill + bulk + drain, 0.0)
+    steady = np.where(has, prefill + share * L.mean / full * t_full, 0.0)
+    rollout_s, bulk_s = pmax(sync), pmax(steady)
     return {
         "rollout_engines": psum(engines),
-        "rollout_bulk_s": bulk,
-        "rollout_tail_s": tail,
-        "rollout_s": np.maximum(bulk, tail),
-        "decode_tokens_s": dec_total,
-        "kv_tokens_min": pmin(np.where(engines > 0, kv_tokens, np.inf)),
-        "concurrency": conc,
+        "rollout_bulk_s": bulk_s,
+        "rollout_tail_s": np.maximum(rollout_s - bulk_s, 0.0),
+        "rollout_s": rollout_s,
+        "decode_tokens_s": psum(engines * rate),
+        "kv_tokens_min": pmin(np.where(has, kv_tokens, np.inf)),
+        "concurrency": full,
         "kv_tokens": kv_tokens,
         "engines": engines,
+        "preempted": psum(engines * preempted),
     }

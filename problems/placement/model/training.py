@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from problems.placement.model.comm import dp_gradient_sync_s, fsdp_collectives, ring_allreduce_s, tp_collectives
+from problems.placement.model.comm import (dp_gradient_sync_s, dp_ring_bw, fsdp_collectives, fsdp_traffic_s,
+                                           ring_allreduce_s, tp_collectives)
 from problems.placement.model.memory import (SHARD_NONE, params_sharded, selective_op_split, state_bytes_per_param,
                                              stage_params)
 from problems.placement.model.params import ModelContext
@@ -158,6 +159,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     xfer = np.where(pp[:, None] > 1, 2.0 * (act_bytes / tp[:, None] / p2p_bw + e["p2p_latency_s"]), 0.0)
     p2p = xfer + e["microbatch_s"]
     # a pipeline of m micro-batches: every stage once, then m - 1 more of the slowest (Metis, GPipe/1F1B)
+    stage_layers_max = float(np.max(ctx.stage_layers)) if staged else np.ceil(ctx.layers / pp)[:, None]
     if staged:
         sp = ctx.stage_pool
         lay = ctx.stage_layers[None, :]
@@ -197,17 +199,25 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     zero3 = params_sharded(f["sharding"])
     lat = e["collective_latency_s"].max()
     gpn_min = pmin(np.where(used, ctx.gpn, np.inf))
-    dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions, zero3, lat,
-                                 gpn_min)
-    # ZeRO-3 / FSDP gathers and reduce-scatters every micro-batch (FSDP2 without no_sync), unit by
-    # unit: each collective its ring latency and FSDP's per-op cost. The volume stays one step's: on
-    # GPUs prefetching overlaps the repeated gathers with compute (not measured here; the tiny model's
-    # volume is small next to the per-op cost on CPU)
+    # none / ZeRO-1 / ZeRO-2: one all-reduce's volume per step; ZeRO-3 / FSDP: per micro-batch, below
+    dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions,
+                                 np.zeros(len(dp), dtype=bool), lat, gpn_min)
+    dp_sync = np.where(zero3, 0.0, dp_sync)
     m_rank = pmax(np.where(reps > 0, m, 0.0)) * chunks
     units = (np.max(ctx.stage_layers) if staged else np.ceil(ctx.layers / pp)) + 1.0
+    # each forward pass gathers the stage's weights (recomputation re-runs a unit whose weights the
+    # backward has gathered anyway), each backward again unless units stay unsharded after forward,
+    # and reduce-scatters its gradients; one micro-batch's compute on the heaviest stage hides the rest
+    gathers = n_fwd - f["recompute"].astype(float) * models + np.where(ctx.reshard_after_forward, n_bwd, 0.0)
+    stage_w = stage_params(ctx, pp) / tp
+    ring = dp_ring_bw(intra_min, inter_min, gpn_min, g, nodes, cross_bw, regions)
+    traffic, one_ag = fsdp_traffic_s(stage_w * w_b, stage_w * g_b, dp, ring, lat, gathers, n_bwd)
+    mb_compute = pmax(np.where(reps > 0, stage_layers_max * layer - tp_comm * stage_layers_max, 0.0))
+    exposed = np.maximum(traffic - mb_compute, 0.0) + gathers * one_ag / units
+    # and each collective its ring latency and FSDP's per-op cost (copy-in/out, hooks), unit by unit
     ag, rs = fsdp_collectives(units, n_fwd, n_bwd)
     fsdp_op = pmax(np.where(used, (dp[:, None] - 1.0) * e["collective_latency_s"] + e["fsdp_op_s"], 0.0))
-    dp_sync = np.where(zero3 & (dp > 1), dp_sync + m_rank * models * (ag + rs) * fsdp_op, dp_sync)
+    dp_sync = np.where(zero3 & (dp > 1), m_rank * (exposed + models * (ag + rs) * fsdp_op), dp_sync)
     # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
     # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
     psh = stage_params(ctx, pp) / tp
@@ -234,7 +244,9 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         "train_flops": flops_sample * ctx.samples,
         "selective_recompute_flops": ctx.layers * sel_f * ctx.samples,
         "micro_batch_eff": pmax(np.where(reps > 0, mb_eff, 0.0)),
-        "dp_cross_region_bytes": np.where((regions > 1) & (dp > 1), 2.0 * (regions - 1) * grad_bytes, 0.0),
+        "dp_cross_region_bytes": np.where((regions > 1) & (dp > 1), np.where(
+            zero3, (regions - 1) * u * m_rank * (gathers * w_b + n_bwd * g_b) * stage_w * g, 2.0 * (regions - 1) * grad_bytes),
+            0.0),
         "train_regions": regions,
     }
 

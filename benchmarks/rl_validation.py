@@ -1,0 +1,303 @@
+"""Validation of the performance model on published RL steps, published vLLM generation times and
+pairs of configurations on the same hardware, beside the training iterations and memory of
+benchmarks/e2e_validation.py.
+
+    python benchmarks/rl_validation.py [--out results/bench/rl_validation.md]
+
+Data: benchmarks/data/rl_published.csv (RL steps; a source per row: document, table, address) and
+benchmarks/data/vllm_published.csv (generation). Every prediction goes through the planner's model
+(`PlacementProblem.evaluate_matrix` for a step, `model.rollout.fixed_batch_s` for a fixed batch) with the
+GPU catalog as shipped. Nothing is fitted to these rows: the catalog's efficiencies come from per-layer
+and per-operator profiles (benchmarks/model_validation.py), the response-length shape from Seer's
+published tail statistic (problems/placement/model/lengths.py); values a source does not publish are
+filled by the rules at the top of the CSV, the same for every row, and listed per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from problems.placement.problem import PlacementProblem  # noqa: E402
+
+RL_DATA = ROOT / "benchmarks" / "data" / "rl_published.csv"
+GEN_DATA = ROOT / "benchmarks" / "data" / "vllm_published.csv"
+SENSITIVITY = (0.1, 0.25, 0.5)
+SIGMAS = (0.32, 0.6, 1.0)
+TARGETS = {"rl_median": 0.10, "rl_max": 0.25, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
+
+
+def load(path: Path) -> list[dict]:
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    rows = []
+    for r in csv.DictReader(lines):
+        assumed = [k for k, v in r.items() if isinstance(v, str) and v.endswith("*")]
+        rows.append({k: v.rstrip("*") if isinstance(v, str) else v for k, v in r.items()} | {"assumed": assumed})
+    return rows
+
+
+def _plan_vector(prob: PlacementProblem, r: dict) -> np.ndarray:
+    from problems.placement.encoding import MODES, SHARDINGS
+
+    lay = prob.layout
+    P = lay.n_pools
+    x = np.zeros(prob.n_var)
+    colo = r["mode"] == "colocated"
+    x[0] = int(r["rollout_gpus"])
+    x[P] = int(r["rollout_gpus"]) if colo else int(r["train_gpus"])
+    x[2 * P] = list(lay.rtp_options[0]).index(int(r["rollout_tp"]))
+    x[lay.g("kv_mem_frac")] = float(r["kv_mem_frac"])
+    x[lay.g("log2_max_num_seqs")] = np.log2(int(r["max_num_seqs"]))
+    x[lay.g("train_tp_idx")] = list(lay.tp_options).index(int(r["tp"]))
+    x[lay.g("train_pp_idx")] = list(lay.pp_options).index(int(r["pp"]))
+    x[lay.g("sharding")] = SHARDINGS.index(r["sharding"])
+    x[lay.g("log2_micro_batch")] = np.log2(int(r["micro_batch"]))
+    x[lay.g("recompute")] = int(r["recompute"])
+    x[lay.g("optimizer_offload")] = int(r["offload"])
+    x[lay.g("mode")] = MODES.index(r["mode"])
+    x[lay.g("staleness_bound")] = int(r["k"])
+    x[lay.g("log2_pipeline_chunks")] = np.log2(int(r["chunks"]))
+    return x
+
+
+def predict_step(r: dict, tmp: Path) -> dict:
+    """The model's RL step for one row: its cluster (one pool), workload and layout."""
+    cluster, workload = tmp / f"{r['id']}-cluster.yaml", tmp / f"{r['id']}-workload.yaml"
+    cluster.write_text(yaml.safe_dump({
+        "name": r["id"], "regions": {"r": {"inter_node_gbs": float(r["inter_node_gbs"])}},
+        "node_groups": [{"gpu": r["gpu"], "nodes": int(r["nodes"]), "gpus_per_node": int(r["gpus_per_node"]),
+                         "region": "r"}]}))
+    workload.write_text(yaml.safe_dump({
+        "name": r["id"], "model": r["model"], "algorithm": r["algorithm"], "prompts_per_step": int(r["prompts"]),
+        "samples_per_prompt": int(r["group"]), "prompt_len": int(r["prompt_len"]),
+        "response_len": {"mean": int(float(r["resp_mean"])), "max": int(r["resp_max"]),
+                         **({"sigma": r["sigma"]} if "sigma" in r else {})},
+        "max_staleness": max(int(r["k"]), 1), "precision": "bf16", "kl_reference": r["kl_reference"] == "1",
+        "sequence_packing": r["packing"] == "1"}))
+    prob = PlacementProblem.from_files(cluster, workload)
+    prob.ctx.updates = int(r["updates"])
+    x = _plan_vector(prob, r)
+    out = {k: float(v[0]) for k, v in prob.evaluate_matrix(x[None, :]).items()}
+    if out["repaired"]:
+        raise ValueError(f"{r['id']}: the layout is not one the encoding holds as given")
+    return out
+
+
+def predict_generation(r: dict) -> float:
+    from problems.placement.model import build_context
+    from problems.placement.model.rollout import fixed_batch_s
+    from problems.placement.specs import Cluster, Pool, Workload, resolve_architecture, gpu_catalog
+
+    gpu = gpu_catalog()[r["gpu"]]
+    tp = int(r["tp"])
+    pool = Pool(id="p", gpu=gpu, region="r", count=tp, gpus_per_node=max(tp, 8), intra_gbs=gpu.intra_node.bandwidth_gbs,
+                inter_gbs=50.0)
+    cl = Cluster("gen", "<gen>", [pool], ["r"], np.array([[50.0]]), np.array([[1e-5]]), np.zeros((1, 1)))
+    arch = resolve_architecture(r["model"], None)
+    out = int(r["output_len"])
+    wl = Workload("gen", "<gen>", arch, "grpo", 1, 1, max(int(r["prompt_len"]), 1), out, out, 0, "bf16", False,
+                  False, response_sigma=0.0)
+    ctx = build_context(cl, wl)
+    return fixed_batch_s(ctx, tp, int(r["batch"]), int(r["prompt_len"]), out) * float(r["waves"])
+
+
+def training_and_memory() -> dict:
+    """Medians of benchmarks/e2e_validation.py's rows (catalog efficiencies): iteration error, and the
+    peak memory of the rows that publish it, allocated and reserved separately."""
+    import e2e_validation as e2e
+
+    res = e2e.evaluate(e2e.load_rows(), {"catalog": {}})
+    err = [abs(x["catalog_err"]) for x in res]
+    mem = [(x["row"]["id"], float(x["row"]["memory_gib"]) * 2 ** 30 / 1e9, x["catalog"]["memory_gb"])
+           for x in res if x["row"].get("memory_gib")]
+    return {"rows": len(err), "median": float(np.median(err)), "within_10": int(sum(e <= 0.10 for e in err)),
+            "memory": mem}
+
+
+def pct(v: float) -> str:
+    return f"{v * 100:+.1f}%"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "rl_validation.md"))
+    args = ap.parse_args(argv)
+    steps = load(RL_DATA)
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in steps:
+            r["pred"] = predict_step(r, Path(tmp))
+            r["err"] = r["pred"]["step_s"] / float(r["step_s"]) - 1
+        # how the pairs whose mean length is not published move with that assumption (not a fit: the
+        # table shows the assumption's weight beside the rule's value, 0.5 of the limit)
+        sens = {}
+        for share in SENSITIVITY:
+            for r in steps:
+                if r["pair"] and "resp_mean" in r["assumed"]:
+                    q = dict(r, resp_mean=str(share * int(r["resp_max"])))
+                    sens[(r["id"], share)] = predict_step(q, Path(tmp))["step_s"]
+        for sig in SIGMAS[1:]:
+            for r in steps:
+                r[f"sigma_{sig}"] = predict_step(dict(r, sigma=sig), Path(tmp))["step_s"]
+    gens = load(GEN_DATA)
+    for r in gens:
+        r["pred_s"] = predict_generation(r)
+        r["err"] = r["pred_s"] / float(r["measured_s"]) - 1
+    tm = training_and_memory()
+
+    published = [r for r in steps if not {"resp_mean", "resp_max"} & set(r["assumed"])]
+    lines = ["# Validation on published RL runs, vLLM generation and paired configurations", "",
+             "Made by `python benchmarks/rl_validation.py`. Data: `benchmarks/data/rl_published.csv`, "
+             "`benchmarks/data/vllm_published.csv` (document, table and address per row). Predicted by the planner's "
+             "own model with the GPU catalog as shipped; error = predicted / measured - 1 (negative: predicted too "
+             "fast). **Nothing is fitted to these rows**: efficiencies come from per-layer and per-operator profiles "
+             "(`benchmarks/model_validation.py`: GH200/H100, A100, A40 rows; other types their generation's prior), the "
+             "length shape from Seer's tail statistic; a value a source does not publish follows the CSV's rules "
+             "(the same for every row) and is listed under `assumed`.", "",
+             "## Targets", "", "| measure | figure | target | met |", "|---|---|---|---|"]
+    errs = np.array([abs(r["err"]) for r in steps])
+    pub = np.array([abs(r["err"]) for r in published])
+    pairs = {}
+    for r in steps:
+        if r["pair"]:
+            pairs.setdefault(r["pair"], {})[r["pair_role"]] = r
+    pair_rows = []
+    for name, p in pairs.items():
+        a, b = p["a"], p["b"]
+        meas = float(b["step_s"]) / float(a["step_s"])
+        pred = b["pred"]["step_s"] / a["pred"]["step_s"]
+        pair_rows.append((name, a, b, meas, pred, pred / meas - 1))
+    perr = np.array([abs(x[-1]) for x in pair_rows])
+    mem_alloc = [abs(p["allocated"] / m - 1) for _, m, p in tm["memory"]]
+    mem_res = [abs(p["reserved"] / m - 1) for _, m, p in tm["memory"]]
+    tgt = [("published RL steps, median abs. error (all rows)", np.median(errs), TARGETS["rl_median"]),
+           ("published RL steps, worst abs. error (all rows)", errs.max(), TARGETS["rl_max"]),
+           (f"published RL steps, median abs. error ({len(published)} rows whose response lengths are published)",
+            np.median(pub), TARGETS["rl_median"]),
+           ("paired configurations, worst abs. ratio error", perr.max(), TARGETS["pair"]),
+           ("paired configurations, median abs. ratio error", np.median(perr), TARGETS["pair"]),
+           (f"training iterations, median abs. error ({tm['rows']} rows, e2e_validation)", tm["median"],
+            TARGETS["train_median"]),
+           (f"peak memory, median abs. error vs reserved ({len(mem_res)} rows that publish it)", np.median(mem_res),
+            TARGETS["memory_median"]),
+           (f"peak memory, median abs. error vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
+            TARGETS["memory_median"])]
+    for name, v, t in tgt:
+        lines.append(f"| {name} | {v * 100:.1f}% | <= {t * 100:.0f}% | {'yes' if v <= t else 'no'} |")
+    lines += ["", f"Load average when run: {'/'.join(f'{x:.1f}' for x in os.getloadavg())} (the figures are model "
+              "outputs, not timings).", "",
+              "## Published RL steps", "",
+              "| row | source | GPUs | model | mode | measured s | predicted s | error | rollout s (tail) | train s | "
+              "sync s | switch s | assumed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in steps:
+        p = r["pred"]
+        n = int(r["nodes"]) * int(r["gpus_per_node"])
+        lines.append(f"| {r['id']} | [{r['source']}: {r['where']}]({r['url']}) | {n} {r['gpu']} | {r['model']} | "
+                     f"{r['mode']}{' k=' + r['k'] if r['mode'] == 'async' else ''} | {float(r['step_s']):.4g} | "
+                     f"{p['step_s']:.4g} | {pct(r['err'])} | {p['rollout_s']:.4g} ({p['rollout_tail_s']:.3g}) | "
+                     f"{p['train_s']:.4g} | {p['sync_s']:.3g} | {p['switch_s']:.3g} | {', '.join(r['assumed']) or '-'} |")
+    lines += ["", "## Paired configurations on the same hardware (ratio of step times, b / a)", "",
+              "| pair | a | b | measured b/a | predicted b/a | ratio error |", "|---|---|---|---|---|---|"]
+    for name, a, b, meas, pred, e in pair_rows:
+        lines.append(f"| {name} | {a['id']} | {b['id']} | {meas:.3f} | {pred:.3f} | {pct(e)} |")
+    shown = [x for x in pair_rows if (x[1]["id"], SENSITIVITY[0]) in sens]
+    if shown:
+        lines += ["", "Pairs whose mean response length is not published: the predicted ratio if that mean were "
+                  "another share of the limit (the CSV's rule is 0.5; the measured ratio for comparison):", "",
+                  "| pair | measured | " + " | ".join(f"mean = {s:g} x max" for s in SENSITIVITY) + " |",
+                  "|---|---|" + "---|" * len(SENSITIVITY)]
+        for name, a, b, meas, _, _ in shown:
+            cells = " | ".join(f"{sens[(b['id'], s)] / sens[(a['id'], s)]:.3f}" for s in SENSITIVITY)
+            lines.append(f"| {name} | {meas:.3f} | {cells} |")
+    lines += ["", "No source publishes the spread of its response lengths. The step each row would take with a wider "
+              "spread than the default (log-normal sigma 0.32, from Seer's tail statistic), measured beside it:", "",
+              "| row | measured s | " + " | ".join(f"sigma {g:g}" for g in SIGMAS) + " |",
+              "|---|---|" + "---|" * len(SIGMAS)]
+    for r in steps:
+        cells = [f"{r['pred']['step_s']:.4g}"] + [f"{r[f'sigma_{g}']:.4g}" for g in SIGMAS[1:]]
+        lines.append(f"| {r['id']} | {float(r['step_s']):.4g} | " + " | ".join(cells) + " |")
+    lines += ["", "## Published vLLM generation (fixed lengths)", "",
+              "| row | source | GPU x TP | model | batch x (in, out) | measured s | predicted s | error |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in gens:
+        lines.append(f"| {r['id']} | [{r['source']}: {r['where']}]({r['url']}) | {r['gpu']} x {r['tp']} | {r['model']} | "
+                     f"{r['batch']} x ({r['prompt_len']}, {r['output_len']}){' x ' + r['waves'] if r['waves'] != '1' else ''}"
+                     f" | {float(r['measured_s']):.4g} | {r['pred_s']:.4g} | {pct(r['err'])} |")
+    gerr = [abs(r["err"]) for r in gens]
+    lines.append(f"\nGeneration: median abs. error {np.median(gerr) * 100:.1f}% over {len(gens)} rows.")
+    lines += ["", "## Peak memory (benchmarks/e2e_validation.py rows that publish it)", "",
+              "| row | measured GB | allocated GB | error | reserved GB | error |", "|---|---|---|---|---|---|"]
+    for rid, m, p in tm["memory"]:
+        lines.append(f"| {rid} | {m:.1f} | {p['allocated']:.1f} | {pct(p['allocated'] / m - 1)} | {p['reserved']:.1f} | "
+                     f"{pct(p['reserved'] / m - 1)} |")
+    text = "\n".join(lines) + "\n" + NOTES
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    from problems.atomic import atomic_write_text
+
+    atomic_write_text(args.out, text)
+    print(text)
+    return 0
+
+
+NOTES = """
+## What was fitted on what
+
+- Training efficiencies (mfu, element-wise bandwidth share, per-layer floor): per-layer profiles of
+  Sailor and Aceso (`benchmarks/model_validation.py`), per GPU type; none on these rows.
+- Inference efficiencies (prefill_eff, decode_eff, kernel floor): vidur's per-operator profiles (H100,
+  A100, A40), same script; other GPU types their generation's prior (`data/generations.yaml`).
+- Response-length shape sigma = 0.32: Seer's published tail statistic (`model/lengths.py`).
+- Nothing else; the CSV's assumption rules were written before the rows were scored and are the same
+  for every row.
+
+## Why the targets are missed (read from the tables above)
+
+- Rows whose lengths are published (RLinf's verl and RLinf runs on 8 H100, verl on 64 H100, the NeMo-RL
+  row): predicted about twice too fast. Generation: the RLinf page measures 261 s of generation where the
+  model gives about 140 s, verl's 64-GPU run 325 s against about 125 s; training is too fast by about 1.5x
+  there too. The engine-level rows bound where the generation error starts: one decode step at batch 1
+  (vLLM blog, H100) is within a few percent, batch 8 (vLLM CI on H200, the FP8-KV blog on H100) 10-30% too
+  fast, and 2023's vLLM on A100-40G about 60% too fast. What the model lacks is per-step engine work that
+  grows with the running batch (scheduling, sampling over a 150K vocabulary with top-k disabled, output
+  processing): about 4 ms per step would close the RLinf rows, but no source gives that figure, so it is
+  not applied; `decode_step_s` (per GPU type, fitted by calibration from a profile or run) is where a
+  measured figure goes.
+- Rows whose lengths are not published (verl's H20 tables, AReaL's blog): the CSV's rule (half the limit)
+  is far from what the sources' own phase times imply (verl's 270 s update_actor for 8,192 samples on
+  32 H20 fits about 1.3K tokens per sample, not 14K); these rows and their pairs measure the rule. The
+  sensitivity table shows the pairs' predicted ratios hardly move with the mean: the model finds these
+  H20 runs training-bound (148 TFLOP/s at the Hopper prior's mfu), so halving the training GPUs for an
+  asynchronous split is predicted to slow the step, where verl measured 2-2.7x faster steps. Part of that
+  gap is configuration the plan cannot state (verl fully-async reuses the rollout's log-probs, so no
+  old-log-prob pass; its trainer on 16 GPUs was 1.7x more efficient per GPU than on 32).
+- Training iterations (benchmarks/e2e_validation.py): torchtitan's FSDP rows are predicted ~30% too fast
+  (their collectives now overlap compute, as FSDP2 prefetches; eager kernels and NCCL's share of the SMs
+  are not modelled); Megatron's and NeMo's rows are within ~10%.
+- Memory: the sources publish the allocator's reserved peak; the reserved prediction meets the target,
+  the allocated one is lower by design.
+
+## Where the model stops
+
+- Fractional staleness (verl's staleness_threshold 0.1, 0.3) and streaming with a require_batches knob
+  cannot be stated in a plan: those rows of verl's ablation tables are left out, and 0.5 runs as k = 1.
+- Partial rollouts (verl fully-async, AReaL's interruptible generation) are what lets an asynchronous
+  rollout keep its batch full across steps; the model's async mode assumes it (the drain's excess is
+  spread over k + 1 versions), so one-step-off rows without partial rollouts are predicted too fast.
+- Rows whose batch or lengths are not published carry the CSV's rules (half the limit, etc.): their
+  errors measure those rules as much as the model; the targets are also reported on the rows with
+  batch and lengths published.
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
