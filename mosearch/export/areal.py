@@ -122,7 +122,7 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
                    "AReaL issue #1167). The intended layout is in the header above.")
     u = node_size(plan, ctx)
     if any(n.size != u for n in nodes):
-        out.append(f"cluster.n_gpus_per_node is {u}: AReaL's launcher counts nodes of {u} GPUs (n_nodes x "
+        out.append(f"cluster.n_gpus_per_node is {u}: AReaL's launcher counts nodes of {u} GPU{'s' * (u > 1)} (n_nodes x "
                    f"n_gpus_per_node = the plan's {plan.used_gpus} GPUs); start it on the nodes of the layout above.")
     _, same = L.rollout_tp(plan)
     if not same:
