@@ -10,7 +10,7 @@ from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
 from problems.placement.plancheck import check_plan
-from problems.placement.planfiles import locate
+from problems.placement.planfiles import locate, missing
 from problems.placement.specs import load_cluster, load_workload
 from mosearch.export import EXPORTERS, ExportContext, render
 
@@ -40,30 +40,29 @@ def _warn(msg: str) -> None:
 
 def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload_arg: str | None,
                   specs: dict | None = None) -> ExportContext:
-    cluster = workload = None
+    # Both specs are needed: node sizes and pools from the cluster, batch sizes and the TP/head
+    # divisibility check from the workload; an export without them would skip checks silently.
     cpath = _find(cluster_arg, plan.cluster.path, plan_path)
     if cpath is None:
-        _warn(f"cluster spec {plan.cluster.path} not found: assuming 8 GPUs per node (give --cluster)")
-    else:
-        cluster = load_cluster(cpath)
-        if file_sha256(cpath) != plan.cluster.sha256:
-            _warn(f"{cpath} differs from the cluster the plan was made for (sha256)")
-        pools = {p.id: p for p in cluster.pools}
-        for i, p in enumerate(plan.pools):
-            if p.used_gpus == 0:
-                continue
-            if p.pool not in pools:
-                raise InputError(str(plan_path), f"pools[{i}].pool", f"pool {p.pool!r} is not in cluster {cpath}",
-                                 f"one of {', '.join(pools)}")
-            if p.used_gpus > pools[p.pool].count:
-                raise InputError(str(plan_path), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
-                                 f"at most the {pools[p.pool].count} the cluster has")
+        raise missing(plan_path, "cluster", plan.cluster.path, "--cluster")
+    cluster = load_cluster(cpath)
+    if file_sha256(cpath) != plan.cluster.sha256:
+        _warn(f"{cpath} differs from the cluster the plan was made for (sha256)")
+    pools = {p.id: p for p in cluster.pools}
+    for i, p in enumerate(plan.pools):
+        if p.used_gpus == 0:
+            continue
+        if p.pool not in pools:
+            raise InputError(str(plan_path), f"pools[{i}].pool", f"pool {p.pool!r} is not in cluster {cpath}",
+                             f"one of {', '.join(pools)}")
+        if p.used_gpus > pools[p.pool].count:
+            raise InputError(str(plan_path), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
+                             f"at most the {pools[p.pool].count} the cluster has")
     wpath = _find(workload_arg, plan.workload.path, plan_path)
     if wpath is None:
-        _warn(f"workload spec {plan.workload.path} not found: batch sizes left out (give --workload)")
-    else:
-        workload = load_workload(wpath)
-        check_plan(plan, workload, cluster, str(plan_path))
+        raise missing(plan_path, "workload", plan.workload.path, "--workload")
+    workload = load_workload(wpath)
+    check_plan(plan, workload, cluster, str(plan_path))
     if specs is not None:
         specs.update(cluster=cluster, workload=workload)
     return ExportContext.from_specs(cluster, workload)
@@ -129,10 +128,7 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(plan_path)
     specs: dict = {}
     ctx = build_context(plan, plan_path, args.cluster, args.workload, specs)
-    if specs.get("cluster") is not None and specs.get("workload") is not None:
-        check_executor(args.to, plan, plan_path, specs["cluster"], specs["workload"], args.front)
-    else:
-        _warn(f"without the cluster and workload specs {args.to}'s rules are not checked (give --cluster, --workload)")
+    check_executor(args.to, plan, plan_path, specs["cluster"], specs["workload"], args.front)
     text = render(args.to, plan, ctx)
     if args.out:
         atomic_write_text(args.out, text)

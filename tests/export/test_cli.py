@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from mosearch.cli import main
@@ -53,17 +54,17 @@ def test_a_plan_the_target_cannot_run_is_refused_with_the_nearest_it_can(tmp_pat
     assert f"the nearest plan of {front} it can run: p007, 9 samples/s at $30.00/h" in err
 
 
-def test_missing_specs_fall_back_with_a_warning(tmp_path, colocated, capsys):
-    plan = colocated.model_copy(update={
-        "cluster": colocated.cluster.model_copy(update={"path": "gone/cluster.yaml"}),
-        "workload": colocated.workload.model_copy(update={"path": "gone/workload.yaml"}),
-    })
-    assert main(["export", str(_write(tmp_path, plan)), "--to", "verl"]) == 0
+@pytest.mark.parametrize("gone", ["cluster", "workload"])
+def test_missing_spec_is_one_line_exit_2(tmp_path, colocated, capsys, gone):
+    # the TP / head divisibility check needs the workload, node sizes the cluster: never skipped silently
+    spec = getattr(colocated, gone)
+    plan = colocated.model_copy(update={gone: spec.model_copy(update={"path": f"gone/{gone}.yaml"})})
+    assert main(["export", str(_write(tmp_path, plan)), "--to", "verl"]) == 2
     captured = capsys.readouterr()
-    assert "assuming 8 GPUs per node" in captured.err
-    cfg = yaml.safe_load(captured.out)
-    assert (cfg["trainer"]["nnodes"], cfg["trainer"]["n_gpus_per_node"]) == (2, 8)
-    assert "data" not in cfg and "algorithm" not in cfg  # no workload: no batch sizes or algorithm invented
+    err = captured.err.strip()
+    assert captured.out == "" and "\n" not in err
+    assert err.startswith(f"mosearch: {tmp_path / 'plan.yaml'}: {gone}.path: gone/{gone}.yaml: no such file")
+    assert f"--{gone}" in err
 
 
 def test_bad_plan_is_one_line_exit_2(tmp_path, capsys):
