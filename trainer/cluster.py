@@ -22,7 +22,9 @@ from problems.errors import InputError
 
 ENV = "RAY_ADDRESS"
 PROBE_TIMEOUT_S = 5.0
-GET_TOKEN = "`ray get-auth-token` on the head prints it"
+# `ray get-auth-token` reads the token where Ray would (the variables, else ~/.ray/auth_token): on a
+# head started with RAY_AUTH_TOKEN_PATH it prints the cluster's token only with that variable set
+GET_TOKEN = "`ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN the head was started with"
 TOKEN_PLACES = "set RAY_AUTH_TOKEN to it, or RAY_AUTH_TOKEN_PATH to a file holding it, or put it in ~/.ray/auth_token"
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 

@@ -3,23 +3,21 @@
     rollout (RolloutGroup: vLLM engines) -> reward -> train (TrainGroup: dp x tp x pp ranks)
       -> weight sync -> [eval, checkpoint]
 
-The groups (trainer/groups.py) own their actors: placement bundles, spawning, fault detection and
-restart, sleep/wake and offload/onload, weight sync and the fan-out calls. The execution mode
-(plan.execution.mode: colocated, disaggregated, async with staleness k) is a submit/collect strategy
-(trainer/modes.py). The driver keeps the loop, the prompt stream, rewards, metrics and checkpoints.
-
-Faults (see trainer/README.md, "Faults"): a lost rollout engine is restarted in its bundle with
-the current weights and only its chunks are redone; a lost training rank restores every rank and
-the driver state from the newest valid checkpoint. Faults can be injected for tests with
-MOSEARCH_INJECT_FAULTS="engine@STEP[:INDEX],worker@STEP[:RANK],driver@STEP[:POINT]".
+Who does what (verl's worker roles, split the same way):
+- trainer/groups.py: the worker groups own their actors: placement bundles, spawning, fault detection
+  and engine restart, sleep/wake and offload/onload, weight sync and the fan-out calls;
+- trainer/modes.py: the execution mode (plan.execution.mode: colocated, disaggregated, async with
+  staleness k) as a submit/collect strategy;
+- trainer/recovery.py: what happens when an actor is lost, restoring from a checkpoint, and the
+  fault-injection points that test it (see trainer/README.md, "Faults");
+- trainer/records.py: metrics.jsonl, checkpoints and summary.json;
+- here: set-up, the step loop, the prompt stream, rewards and evaluation.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,20 +26,21 @@ import numpy as np
 
 from problems.errors import InputError
 from problems.placement.plan import Plan, load_plan
-from trainer import checkpoint as ckpt
 from trainer import modes
 from trainer import placement as P
 from trainer.batch import Sample
-from trainer.groups import ENGINE, WORKER, Chunk, Lost, RolloutGroup, Roster, TrainGroup
+from trainer.groups import Chunk, Lost, RolloutGroup, Roster, TrainGroup
 from trainer.loggers import Loggers
 from trainer.metrics import step_metrics
 from trainer.models.tiny import load_tokenizer, resolve_model
 from trainer.modes import ASYNC, ROLLOUT, TRAIN, Batch
+from trainer.records import Records
+from trainer.recovery import FAULT_ENV, NODE_POLICIES, Fault, Recovery, RunStopped, parse_faults
 from trainer.rewards import fill_unscored
 from trainer.tasks import PromptSampler, load_task
 from trainer.timing import StepTimes
 
-__all__ = ["Driver", "Lost", "RunConfig", "StepTimes", "lr_at", "parse_faults", "run"]
+__all__ = ["FAULT_ENV", "Driver", "Fault", "Lost", "RunConfig", "StepTimes", "lr_at", "parse_faults", "run"]
 
 
 @dataclass
@@ -81,6 +80,7 @@ class RunConfig:
     progress: bool = True
     sync_bucket_mb: float = 512.0  # weight-sync bucket (trainer/weight_sync.py: BUCKET_BYTES)
     weight_sync: str = "broadcast"  # broadcast (along the plan's route) | object_store (the fallback, by choice)
+    on_node_loss: str = "replace"  # replace | replan | stop (trainer/recovery.py)
 
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
@@ -98,43 +98,6 @@ def lr_at(cfg: RunConfig, step: int, horizon: int) -> float:
     if cfg.lr_schedule == "linear":
         return cfg.lr + (final - cfg.lr) * frac
     return final + 0.5 * (cfg.lr - final) * (1 + math.cos(math.pi * frac))
-
-
-FAULT_ENV = "MOSEARCH_INJECT_FAULTS"
-
-
-@dataclass
-class Fault:
-    """An injected fault in training step `step` (1-based, as in metrics): kill `kind` (engine | worker)
-    number `index`, or SIGKILL the driver itself (kind driver; index 0: while the ranks compute the step's
-    gradients, 1: while its checkpoint is written, after the ranks saved their state)."""
-
-    kind: str
-    step: int
-    index: int = 0
-
-    @property
-    def point(self) -> str:
-        """Where in its step the fault fires."""
-        if self.kind == "sync":
-            return "sync"  # engine `index` dies mid weight sync, after its first received bucket
-        if self.kind == "engine":
-            return "chunk"  # the step's first chunk is back, the others still generating
-        if self.kind == "driver" and self.index == 1:
-            return "checkpoint"
-        return "gradients"
-
-
-def parse_faults(text: str | None) -> list[Fault]:
-    """'engine@2:0,worker@4:1,driver@5:1' -> faults (see Fault for where each fires)."""
-    out = []
-    for part in filter(None, (x.strip() for x in (text or "").split(","))):
-        m = re.fullmatch(r"(engine|worker|driver|sync)@(\d+)(?::(\d+))?", part)
-        if not m or (m[1] == "driver" and int(m[3] or 0) > 1):
-            raise InputError(None, FAULT_ENV, f"got {part!r}",
-                             "kind@step[:index] with kind engine, worker, sync or driver (index 0 or 1)")
-        out.append(Fault(m[1], int(m[2]), int(m[3] or 0)))
-    return out
 
 
 def versions(backend: str) -> dict:
@@ -165,13 +128,15 @@ def _runtime_env() -> dict:
 
 
 class Driver:
-    def __init__(self, cfg: RunConfig, plan: Plan | None = None, log=print):
-        self.cfg, self.log = cfg, log
+    def __init__(self, cfg: RunConfig, plan: Plan | None = None, log=print, replan=None):
+        """`replan(found) -> (plan, plan file)`: a new plan for the surviving cluster after a node
+        loss (mosearch train's re-planner; the trainer does not plan)."""
+        self.cfg, self.log, self.replan = cfg, log, replan
         if cfg.lr_schedule not in LR_SCHEDULES:
             raise InputError(None, "lr_schedule", f"got {cfg.lr_schedule!r}", " | ".join(LR_SCHEDULES))
-        self.plan = plan or load_plan(cfg.plan)
-        ex = self.plan.execution
-        self.mode, self.k, self.chunks = ex.mode, ex.staleness_bound, ex.pipeline_chunks
+        plan = plan or load_plan(cfg.plan)
+        if cfg.on_node_loss not in NODE_POLICIES:
+            raise InputError(None, "on_node_loss", f"got {cfg.on_node_loss!r}", " | ".join(NODE_POLICIES))
         if cfg.backend not in ("vllm", "hf"):
             raise InputError(None, "backend", f"got {cfg.backend!r}", "vllm or hf")
         if cfg.algo not in ("grpo", "ppo"):
@@ -184,16 +149,12 @@ class Driver:
         if cfg.group_size < 2 and cfg.algo == "grpo":
             raise InputError(None, "group_size", f"got {cfg.group_size}", ">= 2 for GRPO's group baseline")
         self.out = Path(cfg.out)
-        self._faults_todo = parse_faults(os.environ.get(FAULT_ENV))
+        self.recovery = Recovery(self)  # reads MOSEARCH_INJECT_FAULTS: a bad entry is refused here
+        self.records = Records(self)
         # Refuse a plan for another cluster before any model, actor or placement group is made.
         self.found = P.detect()
-        self.layout = P.layout(self.plan, self.found, cfg.emulate, cfg.plan)
-        if cfg.backend != "vllm" and any(e.tp > 1 for e in self.layout.engines):
-            self.layout.notes.append("rollout tensor parallelism runs as tp=1: the transformers test backend has none")
-        if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
-            raise InputError(cfg.plan, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
-                             + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
-                             "pp = 1 for PPO or a KL reference (pipeline stages run GRPO without KL)")
+        self.plan_file = cfg.plan
+        self._adopt(plan, cfg.emulate)
         log(f"training model {cfg.model}" + (f" (from {cfg.model_from})" if cfg.model_from else ""))
         self.versions = v = versions(cfg.backend)  # said first (after a refusal's one line): what runs
         log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}")
@@ -216,10 +177,16 @@ class Driver:
         self.rollout: RolloutGroup | None = None
         self.train: TrainGroup | None = None
         self.strategy: modes.Mode | None = None
-        self._cursor: dict[int, tuple[dict, int]] = {}  # step -> (sampler state, draws) before its batch was drawn
-        self._recovered: list[dict] = []  # faults survived since the last metrics row
-        self._metrics_f = None
+        self.cursor: dict[int, tuple[dict, int]] = {}  # step -> (sampler state, draws) before its batch was drawn
+        self.recovered: list[dict] = []  # faults survived since the last metrics row
         self.history: list[dict] = []
+        self.rank_info: list[dict] = []
+        self.engine_tp: list[int] = []
+        self.placed: list[dict] = []
+        self.nodes_lost: list[dict] = []  # node losses survived (replaced or re-planned)
+        self.nodes: dict[str, dict] = {}  # Ray's nodes seen alive at set-up (id -> address, GPU resources)
+        self.since_step = 0  # the step the current plan's measurement starts after (a re-plan moves it)
+        self.stopped: str | None = None  # why the run stopped (RunStopped), resumable
         self._pgs: list = []
         self._ray_started = False
         self.status = "created"
@@ -239,6 +206,43 @@ class Driver:
         self.train.version = v
 
     # -- set-up ---------------------------------------------------------------------------------
+    def _adopt(self, plan: Plan, emulate: bool) -> None:
+        """Take a plan: its execution mode, and the layout to launch on the cluster found (a plan for
+        another cluster, or one this run cannot honour, is refused in one line)."""
+        cfg = self.cfg
+        self.plan = plan
+        ex = plan.execution
+        self.mode, self.k, self.chunks = ex.mode, ex.staleness_bound, ex.pipeline_chunks
+        self.layout = P.layout(plan, self.found, emulate, self.plan_file)
+        if cfg.backend != "vllm" and any(e.tp > 1 for e in self.layout.engines):
+            self.layout.notes.append("rollout tensor parallelism runs as tp=1: the transformers test backend has none")
+        if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
+            raise InputError(self.plan_file, "train.pp", f"pp={self.layout.pp} with {cfg.algo}"
+                             + (f" and kl_coef {cfg.kl_coef}" if cfg.kl_coef > 0 else ""),
+                             "pp = 1 for PPO or a KL reference (pipeline stages run GRPO without KL)")
+
+    def relaunch(self, plan: Plan, plan_file: str, found: P.Found) -> None:
+        """Set up again for another plan (a re-plan after a node loss): the groups are shut down and
+        placed anew on the cluster as it is; the caller restores the ranks from a checkpoint."""
+        self._shutdown_groups()
+        self.found, self.plan_file = found, plan_file
+        self._adopt(plan, False)
+        P.fit_model(self.layout, self._config())
+        self.setup()
+
+    def placement_groups(self) -> list:
+        """The placement groups our actors sit in (colocated: one, shared)."""
+        pgs = [g.pg for g in (self.rollout, self.train) if g and g.pg is not None]
+        return list({id(pg): pg for pg in pgs}.values())
+
+    def where_placed(self) -> list[dict]:
+        """Where every actor is, as it reports itself (node, resources, region): the run's evidence
+        that each engine and rank sits on a node of its pool's GPU type."""
+        lay = self.layout
+        return [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
+            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.rank_pools)],
+            P.where(self.engines + self.workers))]
+
     def setup(self) -> None:
         import ray
 
@@ -250,16 +254,13 @@ class Driver:
         self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} sharding={lay.sharding} ({lay.world} ranks)")
         for note in lay.notes:
             self.log(f"note: {note}")
-        self._ray_started = P.start_ray(lay, found)
+        self._ray_started = P.start_ray(lay, found) or self._ray_started  # a relaunch finds it running
         pg_r, pg_t = P.placement_groups(lay, found)
         self._pgs = [pg_r] if pg_r is pg_t else [pg_r, pg_t]
         env = _runtime_env()
         longest = max(map(len, self.train_ids + self.held_ids))
         self._max_len = min(getattr(self._config(), "max_position_embeddings", 2048), longest + self.task.max_new_tokens + 8)
-        for f in [f for f in self._faults_todo if f.kind != "driver"]:  # a driver fault's index is its point
-            n = len(lay.engines) if f.kind in ("engine", "sync") else lay.world
-            if f.index >= n:
-                raise InputError(None, FAULT_ENV, f"{f.kind} {f.index} does not exist", f"an index below {n}")
+        self.recovery.check_faults(len(lay.engines), lay.world)
         t = self.plan.train
         algo = {"name": cfg.algo, "lr": cfg.lr, "clip_eps": cfg.clip_eps, "kl_coef": cfg.kl_coef,
                 "decoupled": self.mode == ASYNC, "ratio_to_behaviour": cfg.mini_batches > 1}
@@ -274,21 +275,18 @@ class Driver:
                                      "max_num_seqs": self.plan.rollout.max_num_seqs, "max_model_len": self._max_len,
                                      "eos_id": self.eos, "pad_id": self.tok.pad_token_id}, cfg.seed, roster, self.train,
                                     {"n": cfg.group_size, "max_new_tokens": self.task.max_new_tokens,
-                                     "temperature": cfg.temperature}, self.log, self._recovered)
+                                     "temperature": cfg.temperature}, self.log, self.recovered)
         roster.groups = [self.rollout, self.train]  # an unidentified actor error probes engines first
         self._pgs = []  # each group owns its bundles now and gives them back at shutdown
         self.rollout.spawn()
         self.train.spawn()
         self.engine_tp = self.rollout.ready()
         self.rank_info = self.train.run("layout_info")
-        # Where every actor landed, as it reports itself (node, resources, region): the run's evidence
-        # that each engine and rank sits on a node of its pool's GPU type.
-        self.placed = [{"role": role, "index": i, "pool": pool, **at} for (role, i, pool), at in zip(
-            [("engine", i, e.pool) for i, e in enumerate(lay.engines)] + [("rank", r, p) for r, p in enumerate(lay.rank_pools)],
-            P.where(self.engines + self.workers))]
+        self.placed = self.where_placed()
+        self.nodes |= P.alive_nodes()
         self.rollout.setup_sync(self.plan, cfg.weight_sync, int(cfg.sync_bucket_mb * 2**20))
         self.strategy = modes.make(self.mode, self.rollout, self.train, cfg, self.k, self.chunks, t.micro_batch,
-                                   self._draw, self._score, self._inject)
+                                   self._draw, self._score, self.recovery.inject)
 
     @property
     def engines(self) -> list:
@@ -306,7 +304,7 @@ class Driver:
     # -- the prompt stream and rewards ---------------------------------------------------------------
     def _draw(self, step: int, n_chunks: int) -> list[Chunk]:
         """Draw this step's prompts, in `n_chunks` chunks for the engines (round-robin)."""
-        self._cursor[step] = (self.sampler.state(), self.draws)
+        self.cursor[step] = (self.sampler.state(), self.draws)
         idx = self.sampler.take(self.cfg.prompts_per_step)
         draws = list(range(self.draws, self.draws + len(idx)))
         self.draws += len(idx)
@@ -331,36 +329,6 @@ class Driver:
                 s.advantage = a
         return samples
 
-    # -- faults ---------------------------------------------------------------------------------
-    def _inject(self, point: str, step: int) -> None:
-        """Test hook: fire the MOSEARCH_INJECT_FAULTS entries due at this point of this step, once each."""
-        for f in [f for f in self._faults_todo if f.point == point and f.step == step]:
-            self._faults_todo.remove(f)
-            self.log(f"fault injected: killing {f.kind} {f.index} during step {step}")
-            if f.kind == "driver":  # a deterministic stand-in for a kill -9 from outside
-                os.kill(os.getpid(), signal.SIGKILL)
-            (self.rollout if f.kind == ENGINE else self.train).kill(f.index)
-
-    def _sync_faults(self) -> set[int]:
-        """Test hook: engines that are to die in this step's weight sync (MOSEARCH_INJECT_FAULTS sync@STEP:INDEX)."""
-        due = [f for f in self._faults_todo if f.point == "sync" and f.step == self.step]
-        for f in due:
-            self._faults_todo.remove(f)
-            self.log(f"fault injected: engine {f.index} dies in the weight sync of step {self.step}")
-        return {f.index for f in due}
-
-    def _recover_workers(self, lost: Lost) -> None:
-        """A training rank died: every rank is replaced and all restore from the newest valid
-        checkpoint (or the initial model when there is none yet)."""
-        failed_step = self.step + 1
-        self.train.respawn()
-        if self.rollout.asleep:  # colocated, lost in the training phase: the redone step starts by generating
-            self.rollout.wake()
-        self._restore(max_step=self.step, at_start=False)
-        self.log(f"training rank {lost.index} lost in step {failed_step}: every rank restored to step {self.step}")
-        self._recovered.append({"lost": WORKER, "index": lost.index, "failed_step": failed_step,
-                                "restored_step": self.step})
-
     def evaluate(self) -> dict:
         """Greedy held-out accuracy (n=1, temperature 0), prompts split across engines."""
         scores, versions = [], []
@@ -375,30 +343,27 @@ class Driver:
         self.out.mkdir(parents=True, exist_ok=True)
         self.rollout.reset_sync()
         if self.cfg.resume:
-            self._restore(max_step=None, at_start=True)
+            self.recovery.restore(max_step=None, at_start=True)
         else:
-            self._fresh_run_dir()
-        self._metrics_f = open(self.out / "metrics.jsonl", "a")
+            self.records.fresh_run_dir()
+        self.records.open()
         bar = _progress(self.cfg.steps, self.step, self.cfg.progress)
         self.status = "running"
         self.history = []
         self.strategy.reset()
         if self.step == 0:
             ev = self.evaluate()
-            self._write({"step": 0, "version": self.version, "eval_only": True, **ev})
+            self.records.write({"step": 0, "version": self.version, "eval_only": True, **ev})
         try:
             while self.step < self.cfg.steps:
                 try:
                     row = self._train_step()
                 except Lost as lost:
-                    if lost.role != WORKER:
-                        raise
-                    self.strategy.reset()  # batches drawn ahead: the restored sampler draws them again
-                    self._recover_workers(lost)
+                    self.recovery.handle(lost)
                     bar.n = self.step
                     bar.refresh()
                     continue
-                self._write(row)
+                self.records.write(row)
                 self.history.append(row)
                 self._check_signal(row)
                 bar.update(1)
@@ -407,9 +372,12 @@ class Driver:
         except KeyboardInterrupt:
             self.status = "interrupted"
             self.log(f"interrupted at step {self.step}; the last checkpoint is kept")
+        except RunStopped as stop:
+            self.status, self.stopped = "stopped", str(stop)
+            self.log(f"stopped at step {self.step}: {stop}")
         finally:
             bar.close()
-            self._metrics_f.close()
+            self.records.close()
         return self.summary()
 
     def _train_step(self) -> dict:
@@ -425,22 +393,22 @@ class Driver:
             self.step += 1
             mode.switch(ROLLOUT, T)
             with T.phase("weight_sync"):
-                mode.sync(self._sync_faults())  # every step; async does not wait
+                mode.sync(self.recovery.sync_faults())  # every step; async does not wait
             row = self._row(s, batch, stats)
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
                 with T.phase("eval"):
                     self.rollout.wait_pending()  # the evaluation sees this step's weights
                     row.update(self.evaluate())
-            if self._recovered:
-                row["faults"] = list(self._recovered)
-                self._recovered.clear()  # the rollout group appends to this list
+            if self.recovered:
+                row["faults"] = list(self.recovered)
+                self.recovered.clear()  # the rollout group appends to this list
         row["time"] = T.with_idle()
         row["samples_per_s"] = len(batch.samples) / T.wall
         row["tokens_per_s"] = (batch.gen_tokens + batch.prompt_tokens) / T.wall
         if self.cfg.checkpoint_every and (self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps):
             try:
                 with T.phase("checkpoint"):
-                    self.save_checkpoint(row)
+                    self.records.save_checkpoint(row)
             except Lost:  # the step is not done until its checkpoint is: redo it from the previous one
                 self.step, self.version = s, self.version - 1
                 raise
@@ -472,7 +440,12 @@ class Driver:
             "gen_tokens": b.gen_tokens, "prompt_tokens": b.prompt_tokens,
             "reward_train": float(np.mean([x.reward for x in samples])) if samples else 0.0,
             "staleness_mean": float(np.mean(stale)) if stale else 0.0, "staleness_max": max(stale, default=0),
-            "stale_dropped": b.dropped, "busy": {"rollout_gen_s": b.gen_s, "train_s": max(st["busy_s"] for st in stats)},
+            "stale_dropped": b.dropped,
+            # engine-seconds generating, and the step's generation time: its busiest engine's (what
+            # the model's rollout phase is; in async mode the rollout phase timed is a wait)
+            "busy": {"rollout_gen_s": b.gen_s, "rollout_gen_wall_s": max(b.gen_by_engine.values(), default=0.0),
+                     "train_s": max(st["busy_s"] for st in stats)},
+            "response_max": max((len(x.completion) for x in samples), default=0),
             "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
             **step_metrics(samples, stats[0], self.task.rewards.names),
@@ -485,158 +458,11 @@ class Driver:
         row["sync"] = self.rollout.last_sync  # the last finished sync (async: the previous step's)
         return row
 
-    def _write(self, row: dict) -> None:
-        self._metrics_f.write(json.dumps(row) + "\n")
-        self._metrics_f.flush()
-        self.loggers.log(row)
-
-    # -- checkpoints ------------------------------------------------------------------------------------
-    def save_checkpoint(self, row: dict | None = None) -> Path:
-        """Ranks' state + the driver's (step, version, prompt stream position, this step's metrics row)."""
-        root = self.out / "checkpoints"
-        tmp = ckpt.staging_dir(root, self.step)
-        self.train.run("save", str(tmp / "state.pt"))
-        self._inject("checkpoint", self.step)  # test hook: the ranks' state is staged, not yet committed
-        # async: later batches may already be drawn; the checkpoint holds the stream before them
-        sampler, draws = self._cursor.get(self.step, (self.sampler.state(), self.draws))
-        self._cursor = {k: v for k, v in self._cursor.items() if k >= self.step}
-        state = {"step": self.step, "version": self.version, "draws": draws, "sampler": sampler,
-                 "config": asdict(self.cfg), "plan_id": self.plan.plan_id, "row": row}
-        path = ckpt.commit(root, tmp, self.step, state)
-        ckpt.prune(root)
-        return path
-
-    def _fresh_run_dir(self) -> None:
-        """A run without --resume owns its directory: old metrics and checkpoints would mix with its own."""
-        old = ckpt.steps(self.out / "checkpoints")
-        if old:
-            self.log(f"note: starting afresh in {self.out}: removing {len(old)} old checkpoint(s) (use --resume to continue)")
-            import shutil
-
-            shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
-        for name in ("metrics.jsonl", "metrics.superseded.jsonl"):
-            (self.out / name).unlink(missing_ok=True)
-
-    def _restore(self, max_step: int | None, at_start: bool) -> None:
-        """Load the newest valid checkpoint (at or before `max_step`) into the ranks and the driver,
-        rewind metrics.jsonl to it and give the engines its weights. No checkpoint: step 0."""
-        path, state = ckpt.load_newest_valid(self.out / "checkpoints", max_step, warn=self.log)
-        if path is None:
-            self.step = self.version = self.draws = 0
-            self.sampler = PromptSampler(len(self.task.train), self.cfg.seed)
-            if at_start:
-                self.log("resume: no checkpoint yet, starting from step 0")
-        else:
-            self.train.run("load", str(path / "state.pt"))
-            self.step, self.version, self.draws = state["step"], state["version"], state["draws"]
-            self.sampler.load(state["sampler"])
-        self._cursor = {}
-        self._rewind_metrics(self.step, state.get("row") if state else None, keep_eval=not at_start or self.step > 0)
-        self.rollout.reset_sync()  # a broadcast in flight went to ranks that are gone
-        self.rollout.receive_weights(wait=True, die=self._sync_faults())
-        if path is not None and at_start:
-            self.log(f"resumed from {path.name} (step {self.step})")
-
-    def _rewind_metrics(self, step: int, saved_row: dict | None, keep_eval: bool) -> None:
-        """Make metrics.jsonl end at `step` (atomically: temp file + rename). Rows of steps after it
-        were trained by a run that is being redone: they move to metrics.superseded.jsonl. A row the
-        kill cut off (or that was never written after its checkpoint) comes back from the checkpoint."""
-        path = self.out / "metrics.jsonl"
-        keep, gone = [], []
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:  # a line torn by the kill
-                    continue
-                (keep if r.get("step", 0) <= (step if keep_eval else -1) else gone).append(r)
-        if saved_row and not any(r.get("step") == step and not r.get("eval_only") for r in keep):
-            keep.append(saved_row)
-        if self._metrics_f is not None and not self._metrics_f.closed:
-            self._metrics_f.close()
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-        os.replace(tmp, path)
-        if gone:
-            with open(self.out / "metrics.superseded.jsonl", "a") as f:
-                f.writelines(json.dumps({**r, "superseded_by_restore_to": step}) + "\n" for r in gone)
-        if self._metrics_f is not None:
-            self._metrics_f = open(path, "a")
-        self.history = [r for r in self.history if r.get("step", 0) <= step]
-
-    # -- the end --------------------------------------------------------------------------------------
     def summary(self) -> dict:
-        rows = [r for r in getattr(self, "history", []) if "time" in r]
-        steady = rows[1:] or rows  # the first step carries engine warm-up
-        busy = sum(r["time"]["wall"] - r["time"]["eval"] - r["time"]["checkpoint"] for r in steady)
-        measured = {}
-        if steady and busy > 0:
-            measured = {
-                "throughput_samples_s": sum(r["samples"] for r in steady) / busy,
-                "throughput_tokens_s": sum(r["gen_tokens"] + r["prompt_tokens"] for r in steady) / busy,
-                "gen_tokens_s": sum(r["gen_tokens"] for r in steady) / busy,
-                "staleness": float(np.mean([r["staleness_mean"] for r in steady])),
-                "step_s": busy / len(steady),
-                "rollout_s": float(np.mean([r["time"]["rollout"] for r in steady])),
-                "train_s": float(np.mean([r["time"]["train"] for r in steady])),
-                "sync_s": float(np.mean([r["time"]["weight_sync"] for r in steady])),
-                "switch_s": float(np.mean([r["time"]["switch"] for r in steady])),
-                "decode_tokens_s": sum(r["gen_tokens"] for r in steady) / max(1e-9, sum(r["busy"]["rollout_gen_s"] for r in steady)),
-                "peak_rss_gb": max(max(v for k, v in r["memory"].items() if k.endswith("rss_gb")) for r in steady),
-                "prompt_tokens_mean": sum(r["prompt_tokens"] for r in steady) / max(1, sum(r["samples"] for r in steady)),
-                "response_tokens_mean": sum(r["gen_tokens"] for r in steady) / max(1, sum(r["samples"] for r in steady)),
-            }
-            for key in ("train_gpu_gb", "train_rss_gb"):
-                seen = [r["memory"][key] for r in steady if key in r["memory"]]
-                if seen:
-                    measured[f"peak_{key}"] = max(seen)
-            split = [r["sync"] for r in steady if r.get("sync", {}).get("path") == "broadcast"]
-            for k in ("gather_s", "transfer_s", "load_s") if split else ():
-                measured[f"sync_{k}"] = float(np.mean([x[k] for x in split]))
-        layout, r = self._layout_summary(), self.rollout
-        fallbacks = r.fallbacks if r else 0
-        if fallbacks:
-            layout["notes"] = [*layout["notes"], f"weight sync: the broadcast failed twice in {fallbacks} "
-                               "sync(s); the object store carried those versions"]
-        layout["weight_sync"] = {"path": r.sync_path if r else None, "route": r.sync_route if r else None,
-                                 "bucket_bytes": int(self.cfg.sync_bucket_mb * 2**20), "fallbacks": fallbacks,
-                                 "copy_bytes": r.last_sync.get("copy_bytes") if r else None,
-                                 "transport": r.last_sync.get("transport") if r else None,
-                                 **(r.sync_regions if r else {})}
-        held = [r["reward_heldout"] for r in rows if "reward_heldout" in r]
-        out = {
-            "status": self.status, "plan_id": self.plan.plan_id, "mode": self.mode, "steps": self.step,
-            "layout": layout,
-            "run": {k: getattr(self.cfg, k) for k in ("model", "algo", "prompts_per_step", "group_size", "mini_batches")}
-                   | {"max_new_tokens": self.task.max_new_tokens},
-            "measured": measured, "predicted": dict(self.plan.predicted),
-            "versions": self.versions, "warnings": list(self.warnings),
-            "reward_heldout_last": held[-1] if held else None,
-        }
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "summary.json").write_text(json.dumps(out, indent=1))
-        return out
+        """summary.json (trainer/records.py), written and returned."""
+        return self.records.summary()
 
-    def _layout_summary(self) -> dict:
-        """The layout that ran: engines, dp x tp x pp, sharding, layers per pipeline stage and the
-        model parameters each training rank held (after TP/PP cutting and sharding)."""
-        lay = getattr(self, "layout", None)
-        info = sorted(getattr(self, "rank_info", []), key=lambda x: x["rank"])
-        stages: dict[int, list[int]] = {i["pp_idx"]: i["layers"] for i in info}
-        return {"engines": len(self.engines), "dp": lay.dp if lay else 0, "tp": lay.tp if lay else 0,
-                "pp": lay.pp if lay else 0, "sharding": lay.sharding if lay else None,
-                "stages": [b - a for a, b in (stages[k] for k in sorted(stages))],
-                "params_per_rank": [i["params"] for i in info],
-                "engine_tp": getattr(self, "engine_tp", []),  # as each engine reports it
-                "emulated": bool(lay and lay.emulated), "notes": lay.notes if lay else [],
-                "placed": getattr(self, "placed", [])}
-
-    def shutdown(self) -> None:
-        import ray
-
-        self.loggers.close()
-        if not ray.is_initialized():
-            return
+    def _shutdown_groups(self) -> None:
         for group in (self.train, self.rollout):
             if group:
                 group.shutdown()
@@ -645,6 +471,14 @@ class Driver:
         for pg in self._pgs:  # reserved, but set-up failed before the groups took them
             remove_placement_group(pg)
         self._pgs = []
+
+    def shutdown(self) -> None:
+        import ray
+
+        self.loggers.close()
+        if not ray.is_initialized():
+            return
+        self._shutdown_groups()
         if self._ray_started:
             ray.shutdown()
 
@@ -663,10 +497,10 @@ def _progress(total: int, start: int, enabled: bool):
     return tqdm(total=total, initial=start, desc="train", unit="step", disable=not enabled, dynamic_ncols=True)
 
 
-def run(cfg: RunConfig, log=print, plan: Plan | None = None) -> dict:
+def run(cfg: RunConfig, log=print, plan: Plan | None = None, replan=None) -> dict:
     """Set up, train, summarise, tear down; Ctrl-C (SIGINT) ends the loop cleanly. `plan`: the loaded
-    plan (else it is read from cfg.plan)."""
-    driver = Driver(cfg, plan=plan, log=log)
+    plan (else it is read from cfg.plan); `replan`: see Driver."""
+    driver = Driver(cfg, plan=plan, log=log, replan=replan)
     try:
         driver.setup()
         return driver.fit()

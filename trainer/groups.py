@@ -37,6 +37,20 @@ class Lost(Exception):
         self.role, self.index = role, index
 
 
+class NodeLost(Lost):
+    """An actor of ours died with its node (Ray's node table has the node dead): nothing is restarted
+    in place (its bundle is gone with the node); the driver's recovery decides (trainer/recovery.py)."""
+
+    def __init__(self, role: str, index: int, node: dict, detail: str = ""):
+        super().__init__(role, index, detail)
+        self.node = node  # node_id, address, resources (P.dead_node_of)
+
+
+def _in_place(lost: Lost) -> bool:
+    """An engine lost on its own: restarted in its bundle. A rank, or anything lost with its node, goes up."""
+    return lost.role == ENGINE and not isinstance(lost, NodeLost)
+
+
 @dataclass
 class Chunk:
     """Prompts sent to one engine in one call, and the sample ids they will get."""
@@ -75,17 +89,23 @@ class Roster:
         if aid in self.retired:
             return None
         if aid in self.ids:
-            return Lost(*self.ids[aid], str(err).splitlines()[0] if str(err) else "")
+            return self._classify(aid, *self.ids[aid], str(err).splitlines()[0] if str(err) else "")
         # Unknown id: probe every actor; an unidentified failure restores the ranks (the safe answer).
         for g in self.groups:
             for i, a in enumerate(g.actors):
                 try:
                     ray.get(getattr(a, g.probe).remote(), timeout=60)
                 except RayActorError:
-                    return Lost(g.role, i, "found dead by probe")
+                    return self._classify(a._actor_id.hex(), g.role, i, "found dead by probe")
                 except GetTimeoutError:
                     pass
         return Lost(WORKER, 0, f"unidentified actor failure: {err}")
+
+    @staticmethod
+    def _classify(aid: str, role: str, i: int, detail: str) -> Lost:
+        """Lost, or NodeLost when Ray's node table says the actor's node is gone too."""
+        node = P.dead_node_of(aid)
+        return NodeLost(role, i, node, detail) if node else Lost(role, i, detail)
 
     def gather(self, refs: list) -> list:
         """ray.get that fails fast: the first lost actor raises Lost without waiting on the others
@@ -154,6 +174,10 @@ class TrainGroup:
     def run(self, method: str, *args) -> list:
         """The same call on every rank, waited for; their results in rank order (Lost on a dead actor)."""
         return self.roster.gather(self.call(method, *args))
+
+    def run_each(self, fn, *args) -> list:
+        """`fn(worker, *args)` inside every rank (Ray's __ray_call__), waited for; results in rank order."""
+        return self.roster.gather([a.__ray_call__.remote(fn, *args) for a in self.actors])
 
     def replica(self, rank: int) -> int:
         return (rank // self.layout.tp) % self.layout.dp
@@ -289,8 +313,8 @@ class RolloutGroup:
             self._finish_sync(self._start_sync(version))
         if self.asleep:
             self.roster.gather([self.actors[i].sleep.remote()])
-        self.log(f"rollout engine {i} lost: restarted in its bundle with weights v{version} "
-                 f"({time.perf_counter() - t0:.1f}s)")
+        self.log(f"rollout engine {i} lost: restarted in its bundle"
+                 + (f" with weights v{version}" if load else "") + f" ({time.perf_counter() - t0:.1f}s)")
         self.events.append({"lost": ENGINE, "index": i, "version": version})
 
     def wait(self, refs: list) -> list:
@@ -304,7 +328,7 @@ class RolloutGroup:
             try:
                 out.append(self.roster.gather([ref])[0])
             except Lost as lost:
-                if lost.role != ENGINE:
+                if not _in_place(lost):
                     raise
                 on_lost(lost.index)
                 out.append(None)
@@ -334,7 +358,7 @@ class RolloutGroup:
             return ch, ray.get(done[0])
         except RayActorError as err:
             lost = self.roster.lost(err)
-            if lost is not None and lost.role != ENGINE:
+            if lost is not None and not _in_place(lost):
                 raise lost from err
             if ch.gen == self.gen[ch.engine]:  # not yet restarted since this chunk went out
                 self.restart(ch.engine)
@@ -352,7 +376,7 @@ class RolloutGroup:
             try:
                 return list(zip(parts, self.roster.gather(refs)))
             except Lost as lost:
-                if lost.role != ENGINE or attempt == 3:
+                if not _in_place(lost) or attempt == 3:
                     raise
                 self.restart(lost.index)
 

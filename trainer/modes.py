@@ -35,6 +35,7 @@ class Batch:
     samples: list[Sample] = field(default_factory=list)  # in draw order
     refs: list = field(default_factory=list)  # accumulations in flight (streamed)
     gen_s: float = 0.0
+    gen_by_engine: dict = field(default_factory=dict)  # engine -> its generation seconds in this batch
     gen_tokens: int = 0
     prompt_tokens: int = 0
     rss_gb: float = 0.0
@@ -89,6 +90,7 @@ class Mode:
                 b.dropped += len(samples) - len(kept)
                 b.samples += kept
             b.gen_s, b.gen_tokens = b.gen_s + res["gen_s"], b.gen_tokens + res["gen_tokens"]
+            b.gen_by_engine[ch.engine] = b.gen_by_engine.get(ch.engine, 0.0) + res["gen_s"]
             b.prompt_tokens += res["prompt_tokens"] * self.cfg.group_size
             b.rss_gb = max(b.rss_gb, res["rss_gb"])
             if self.streams:  # training starts on this chunk while the others are still generating

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from problems.errors import InputError
@@ -222,6 +223,10 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
     if found.cuda and t.optimizer_offload and not (t.sharding in ("zero3", "fsdp") and plan.train.dp > 1):
         notes.append(f"optimizer_offload with sharding={t.sharding}: the optimizer state stays on the GPU "
                      "(offload is implemented through FSDP2, sharding zero3/fsdp with dp > 1)")
+    if found.ray_address and not found.cuda and not emulated:
+        gpus = sorted({p.gpu for p in plan.pools if p.used_gpus})
+        notes.append(f"CPU run: the cluster's GPU types ({', '.join(gpus)}) are Ray custom resources on nodes without "
+                     "GPUs; all work runs on the CPU, and is predicted for this machine's CPU profile")
     if emulated:
         if len(engines) > EMULATE_MAX_ENGINES:
             notes.append(f"emulated: {len(engines)} rollout engines scaled down to {EMULATE_MAX_ENGINES}")
@@ -308,10 +313,38 @@ def start_ray(lay: Layout, found: Found) -> bool:
         for k, v in b.items():
             if k != "CPU":
                 resources[k] = resources.get(k, 0) + v
-    ray.init(num_cpus=max(os.cpu_count() or 1, 2 * n_actors + 1), resources=resources,
-             include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1")
+    with _loopback_only():
+        ray.init(num_cpus=max(os.cpu_count() or 1, 2 * n_actors + 1), resources=resources,
+                 include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _node_ip_address="127.0.0.1")
     return True
+
+
+LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextmanager
+def _loopback_only():
+    """While a local Ray starts: its node address is 127.0.0.1, so every listener of its processes
+    (GCS, raylet, object manager, workers, agents, metrics) binds to loopback.
+
+    Ray resolves a given 127.0.0.1 to the machine's routable address (services.resolve_ip_for_localhost)
+    unless its multi-node mode is off, which the variable named here turns off (on Linux as on the
+    systems it is named for): read by this process's Ray at import (so set on the constant too) and by
+    the processes Ray starts now. Restored afterwards: a `ray start --address` later in this process's
+    environment would refuse to join a cluster with it set."""
+    from ray._private import ray_constants
+
+    before_env, before = os.environ.get(LOOPBACK_VAR), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before_env is None:
+            os.environ.pop(LOOPBACK_VAR, None)
+        else:
+            os.environ[LOOPBACK_VAR] = before_env
 
 
 def _type_resources(gpu: str, found: Found, devices: float) -> dict:
@@ -429,3 +462,98 @@ def where(actors: list) -> list[dict]:
     import ray
 
     return ray.get([a.__ray_call__.remote(_here) for a in actors])
+
+
+# -- node loss ------------------------------------------------------------------------------------
+NODE_WAIT_S = 300.0  # a safety net: how long the GCS may take to declare a lost actor dead (its health checks)
+
+
+def _node_record(node: dict) -> dict:
+    return {"node_id": node["NodeID"], "address": node.get("NodeManagerAddress"),
+            "resources": {k: v for k, v in node.get("Resources", {}).items() if k.startswith(("gpu:", "GPU"))}}
+
+
+def dead_node_of(actor_id: str, wait_s: float = NODE_WAIT_S) -> dict | None:
+    """The node an actor of ours went down with: after the GCS has the actor DEAD (waited for,
+    polling: an actor on a lost node is declared dead once the node's health checks fail), the
+    node it ran on, when Ray's node table says that node is no longer alive; None when only the
+    actor died (or the GCS cannot say)."""
+    import time
+
+    import ray
+
+    try:
+        from ray._private.state import state
+    except ImportError:  # another Ray layout: the actor error alone decides
+        return None
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            info = state.actor_table(actor_id) or {}
+        except Exception:  # noqa: BLE001 - the GCS cannot say: treat as an actor loss
+            return None
+        if info.get("State") == "DEAD" or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    node_id = (info.get("Address") or {}).get("NodeID")
+    node = next((n for n in ray.nodes() if n["NodeID"] == node_id), None)
+    return None if node is None or node.get("Alive") else _node_record(node)
+
+
+def alive_nodes() -> dict[str, dict]:
+    """Ray's alive nodes now: node id -> (node id, address, GPU resources)."""
+    import ray
+
+    return {n["NodeID"]: _node_record(n) for n in ray.nodes() if n.get("Alive")}
+
+
+def dead_nodes(known: dict[str, dict]) -> list[dict]:
+    """The nodes of `known` (alive_nodes() of earlier: a dead node's record no longer lists its
+    resources) that Ray's node table no longer has alive."""
+    import ray
+
+    dead = {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+    return [rec for nid, rec in known.items() if nid in dead]
+
+
+def alive() -> Found:
+    """The cluster as it is now (its alive nodes), for re-placing or re-planning after a node loss."""
+    import ray
+
+    return from_nodes(ray.nodes(), os.environ.get("RAY_ADDRESS") or "the current Ray cluster")
+
+
+def wait_placed(pgs: list, wait_s: float = PG_WAIT_S) -> bool:
+    """Wait until Ray has re-placed every bundle of these placement groups (it reschedules the
+    bundles of a lost node on the others when they have room); False if not within `wait_s`."""
+    import time
+
+    from ray.util import placement_group_table
+
+    end = time.monotonic() + wait_s
+    while any(placement_group_table(pg).get("state") != "CREATED" for pg in pgs):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _raylet(_actor) -> tuple[str, int]:
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), os.getppid()
+
+
+def raylet_of(actor) -> tuple[str, int]:
+    """(node id, pid of the raylet) hosting an actor: the actor process's parent (test hook: the
+    fault injection kills a node by that pid)."""
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(_raylet))
+
+
+def dead_actors(actors: list) -> list[int]:
+    """Indices of the actors the GCS has dead."""
+    from ray._private.state import state
+
+    return [i for i, a in enumerate(actors) if (state.actor_table(a._actor_id.hex()) or {}).get("State") == "DEAD"]

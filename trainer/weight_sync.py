@@ -90,6 +90,21 @@ def free_address() -> tuple[str, int]:
         return host, s.getsockname()[1]
 
 
+def tcp_store(host: str, port: int, size: int, master: bool, timeout: datetime.timedelta):
+    """A TCPStore whose server (on the master) listens on `host` only. torch's own server binds every
+    interface (::), where anyone on the network can read and write the group's keys, unauthenticated:
+    here it gets a socket bound to the address the group was given (loopback in a local run)."""
+    if not master:
+        return torch.distributed.TCPStore(host, port, size, False, timeout=timeout)
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return torch.distributed.TCPStore(host, port, size, True, timeout=timeout, master_listen_fd=sock.detach())
+
+
 def _backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
@@ -140,7 +155,7 @@ def join(specs: list[dict]) -> Member:
     m = Member()
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     for s in specs:
-        store = torch.distributed.TCPStore(s["host"], s["port"], s["size"], s["rank"] == 0, timeout=timeout)
+        store = tcp_store(s["host"], s["port"], s["size"], s["rank"] == 0, timeout)
         prefix = torch.distributed.PrefixStore(s["name"], store)
         shared = False
         if s.get("share"):

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from trainer import algorithms as A
 from trainer import parallel as PL
+from trainer import weight_sync as WS
 from trainer.batch import Sample, collate
 from trainer.rollout.common import rss_gb
 from trainer.worker_state import WorkerState
@@ -48,7 +49,11 @@ class TrainWorker(WorkerState):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(master_port)
         if world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", rank=rank, world_size=world_size)
+            # the rendezvous store listens on MASTER_ADDR only (torch's binds every interface)
+            store = WS.tcp_store(os.environ["MASTER_ADDR"], master_port, world_size, rank == 0,
+                                 dist.constants.default_pg_timeout)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=store, rank=rank,
+                                    world_size=world_size)
         module = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
         if recompute:  # activation recomputation: HF's layers checkpoint themselves once enabled
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

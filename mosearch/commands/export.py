@@ -10,7 +10,7 @@ from problems.atomic import atomic_write_text
 from problems.errors import InputError
 from problems.placement.plan import Plan, file_sha256, load_plan
 from problems.placement.plancheck import check_plan
-from problems.placement.planfiles import locate
+from problems.placement.planfiles import locate, missing
 from problems.placement.specs import load_cluster, load_workload
 from mosearch.export import EXPORTERS, ExportContext, render
 
@@ -22,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="write here (atomically) instead of stdout")
     p.add_argument("--cluster", help="cluster spec (default: the path the plan names)")
     p.add_argument("--workload", help="workload spec (default: the path the plan names)")
+    p.add_argument("--front", metavar="RUN",
+                   help="a run of `mosearch plan` to name the nearest plan the target can run when it cannot run "
+                        "this one (default: the run the plan file sits in, if any)")
     p.set_defaults(func=run)
 
 
@@ -35,38 +38,97 @@ def _warn(msg: str) -> None:
     print(f"mosearch export: {msg}", file=sys.stderr)
 
 
-def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload_arg: str | None) -> ExportContext:
-    cluster = workload = None
+def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload_arg: str | None,
+                  specs: dict | None = None) -> ExportContext:
+    # Both specs are needed: node sizes and pools from the cluster, batch sizes and the TP/head
+    # divisibility check from the workload; an export without them would skip checks silently.
     cpath = _find(cluster_arg, plan.cluster.path, plan_path)
     if cpath is None:
-        _warn(f"cluster spec {plan.cluster.path} not found: assuming 8 GPUs per node (give --cluster)")
-    else:
-        cluster = load_cluster(cpath)
-        if file_sha256(cpath) != plan.cluster.sha256:
-            _warn(f"{cpath} differs from the cluster the plan was made for (sha256)")
-        pools = {p.id: p for p in cluster.pools}
-        for i, p in enumerate(plan.pools):
-            if p.used_gpus == 0:
-                continue
-            if p.pool not in pools:
-                raise InputError(str(plan_path), f"pools[{i}].pool", f"pool {p.pool!r} is not in cluster {cpath}",
-                                 f"one of {', '.join(pools)}")
-            if p.used_gpus > pools[p.pool].count:
-                raise InputError(str(plan_path), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
-                                 f"at most the {pools[p.pool].count} the cluster has")
+        raise missing(plan_path, "cluster", plan.cluster.path, "--cluster")
+    cluster = load_cluster(cpath)
+    if file_sha256(cpath) != plan.cluster.sha256:
+        _warn(f"{cpath} differs from the cluster the plan was made for (sha256)")
+    pools = {p.id: p for p in cluster.pools}
+    for i, p in enumerate(plan.pools):
+        if p.used_gpus == 0:
+            continue
+        if p.pool not in pools:
+            raise InputError(str(plan_path), f"pools[{i}].pool", f"pool {p.pool!r} is not in cluster {cpath}",
+                             f"one of {', '.join(pools)}")
+        if p.used_gpus > pools[p.pool].count:
+            raise InputError(str(plan_path), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
+                             f"at most the {pools[p.pool].count} the cluster has")
     wpath = _find(workload_arg, plan.workload.path, plan_path)
     if wpath is None:
-        _warn(f"workload spec {plan.workload.path} not found: batch sizes left out (give --workload)")
-    else:
-        workload = load_workload(wpath)
-        check_plan(plan, workload, cluster, str(plan_path))
+        raise missing(plan_path, "workload", plan.workload.path, "--workload")
+    workload = load_workload(wpath)
+    check_plan(plan, workload, cluster, str(plan_path))
+    if specs is not None:
+        specs.update(cluster=cluster, workload=workload)
     return ExportContext.from_specs(cluster, workload)
+
+
+def _front_dir(given: str | None, plan_path: Path) -> Path | None:
+    if given:
+        return Path(given)
+    for cand in (plan_path.parent, plan_path.parent.parent):  # plan.yaml beside run.yaml, or in plans/
+        if (cand / "front_all.json").is_file() or (cand / "front.json").is_file():
+            return cand
+    return None
+
+
+def check_executor(target: str, plan: Plan, plan_path: Path, cluster, workload, front: str | None) -> None:
+    """Refuse (exit 2, one line) a plan the target cannot start as planned: the rule that forbids it and
+    the nearest plan of the front it can run."""
+    from problems.placement.problem import PlacementProblem
+
+    problem = PlacementProblem(cluster, workload, executor=target)
+    try:
+        why = problem.executor_problem(plan)
+    except ValueError as err:  # a layout outside the search space the rules are written for
+        why = f"{problem.executor.runs} cannot be checked for it ({err})"
+    if why is None:
+        return
+    hint = f"a plan of a front searched with `mosearch plan --executor {target}`"
+    run_dir = _front_dir(front, plan_path)
+    if run_dir is not None:
+        near = nearest_runnable(problem, plan, run_dir)
+        hint = (f"the nearest plan of {run_dir} it can run: {near.plan_id}, "
+                f"{near.predicted['throughput_samples_s']:.3g} samples/s at ${near.predicted['cost_usd_h']:.2f}/h"
+                if near is not None else f"no plan of {run_dir} is one it can run; {hint}")
+    raise InputError(str(plan_path), "executor", why, hint)
+
+
+def nearest_runnable(problem, plan: Plan, run_dir: Path) -> Plan | None:
+    """The front's plan, among those the problem's executor can run, nearest in throughput and cost
+    (relative differences)."""
+    from mosearch.results import load_run
+
+    run = load_run(run_dir)
+    if run.info and (run.info.get("cluster", {}).get("sha256") not in (None, plan.cluster.sha256)
+                     or run.info.get("workload", {}).get("sha256") not in (None, plan.workload.sha256)):
+        return None
+    t0, c0 = plan.predicted.get("throughput_samples_s"), plan.predicted.get("cost_usd_h")
+    best, key = None, None
+    for p in run.all_plans:
+        try:
+            if problem.executor_problem(p) is not None:
+                continue
+        except ValueError:
+            continue
+        t, c = p.predicted["throughput_samples_s"], p.predicted["cost_usd_h"]
+        d = (abs(t - t0) / max(t0, 1e-9) + abs(c - c0) / max(c0, 1e-9)) if t0 and c0 else -t
+        if key is None or d < key:
+            best, key = p, d
+    return best
 
 
 def run(args: argparse.Namespace) -> int:
     plan_path = Path(args.plan)
     plan = load_plan(plan_path)
-    ctx = build_context(plan, plan_path, args.cluster, args.workload)
+    specs: dict = {}
+    ctx = build_context(plan, plan_path, args.cluster, args.workload, specs)
+    check_executor(args.to, plan, plan_path, specs["cluster"], specs["workload"], args.front)
     text = render(args.to, plan, ctx)
     if args.out:
         atomic_write_text(args.out, text)

@@ -19,9 +19,14 @@ from problems.specio import read_yaml_mapping
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import", help="read a verl / AReaL config you run as a plan, score it, compare with a front")
-    p.add_argument("config", help="the YAML config you run (as you write it)")
-    p.add_argument("overrides", nargs="*", help="hydra-style overrides you pass on the command line (a.b=value)")
+    p = sub.add_parser("import", help="read a verl / AReaL config you run as a plan, score it, compare with a front",
+                       fromfile_prefix_chars="@")
+    p.add_argument("inputs", nargs="*", metavar="CONFIG|OVERRIDE",
+                   help="the YAML config you run (AReaL: required; verl: optional), then the hydra-style overrides "
+                        "you pass on the command line (a.b=value, model_engine=megatron); @FILE reads arguments "
+                        "from FILE, one per line (e.g. what a verl script passes to main_ppo)")
+    p.add_argument("--config-name", help="verl: the config main_ppo composes (ppo_trainer, ppo_megatron_trainer)")
+    p.add_argument("--config-path", help="verl: accepted as main_ppo takes it (the config is verl's own)")
     p.add_argument("--from", dest="source", required=True, choices=["verl", "areal"], help="which system it is for")
     p.add_argument("--cluster", required=True, help="cluster spec to place it on")
     p.add_argument("--workload", required=True, help="workload spec (model, batch, lengths) to score it with")
@@ -36,23 +41,43 @@ def _warn(msg: str) -> None:
     print(f"mosearch import: {msg}", file=sys.stderr)
 
 
-def import_plan(source: str, config: str, overrides: list[str], cluster_path: str, workload_path: str,
-                rollout_on: list[str] | None = None, train_on: list[str] | None = None):
-    """(plan with the model's predictions, warnings) for a config file plus overrides."""
-    from mosearch.export.read import READERS, apply_overrides, place
+HYDRA_GROUPS = ("model_engine",)  # verl config-group choices an override may make (trainer/config/model_engine)
 
-    cfg = apply_overrides(read_yaml_mapping(config, f"a {source} config"), list(overrides), config)
-    shape = READERS[source](cfg, config)
+
+def split_inputs(source: str, inputs: list[str]) -> tuple[str | None, list[str]]:
+    """(config file or None, overrides): a first argument without '=' is the config file."""
+    if inputs and "=" not in inputs[0]:
+        return inputs[0], list(inputs[1:])
+    if source == "areal":
+        raise InputError(None, "CONFIG", "missing", "the AReaL YAML config you run")
+    return None, list(inputs)
+
+
+def import_plan(source: str, config: str | None, overrides: list[str], cluster_path: str, workload_path: str,
+                rollout_on: list[str] | None = None, train_on: list[str] | None = None,
+                config_name: str | None = None):
+    """(plan with the model's predictions, warnings) for a config file (or none: verl's defaults) plus overrides."""
+    from mosearch.export.read import READERS, apply_overrides, layout_from_header, place
+
+    where = config or "command line"
+    base = read_yaml_mapping(config, f"a {source} config") if config else {}
+    groups = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides
+              if "=" in o and o.split("=", 1)[0].lstrip("+") in HYDRA_GROUPS}
+    cfg = apply_overrides(base, [o for o in overrides if o.split("=", 1)[0] not in groups], where)
+    if source == "verl":
+        cfg["_hydra"] = {"config_name": config_name, "model_engine": groups.get("model_engine")}
+    shape = READERS[source](cfg, where)
     cluster, workload = load_cluster(cluster_path), load_workload(workload_path)
     ref = lambda name, path: SpecRef(name=name, path=str(path), sha256=file_sha256(path))  # noqa: E731
+    fixed = layout_from_header(Path(config).read_text()) if config else None
     plan = place(shape, cluster, ref(cluster.name, cluster_path), ref(workload.name, workload_path),
-                 f"{source}-{Path(config).stem}", rollout_on, train_on, config)
-    check_plan(plan, workload, cluster, config)
+                 f"{source}-{Path(config).stem if config else 'args'}", rollout_on, train_on, where, fixed)
+    check_plan(plan, workload, cluster, where)
     problem = PlacementProblem(cluster, workload)
     try:
         r = problem.evaluate_plans([plan])
     except ValueError as err:  # a layout the search space cannot hold (e.g. a TP it never tries)
-        raise InputError(config, None, f"cannot be scored: {err}", "a layout of this cluster's search space") from None
+        raise InputError(where, None, f"cannot be scored: {err}", "a layout of this cluster's search space") from None
     plan = plan.model_copy(update={"predicted": {k: float(np.asarray(v)[0]) for k, v in r.items()}})
     warnings = list(shape.warnings)
     if plan.predicted.get("repaired", 0) > 0:
@@ -75,6 +100,19 @@ def import_plan(source: str, config: str, overrides: list[str], cluster_path: st
         warnings.append(f"the config's batch is {batch} prompts, the workload's {workload.prompts_per_step}: "
                         "scored with the workload's.")
     return plan, warnings
+
+
+def check_same_problem(plan, run_dir: str, what: str) -> None:
+    """A plan is set against a front only of its own cluster and workload (their content hashes)."""
+    from mosearch.results import load_run
+
+    info = load_run(run_dir).info or {}
+    for spec in ("cluster", "workload"):
+        mine = getattr(plan, spec)
+        theirs = (info.get(spec) or {}).get("sha256")
+        if theirs is not None and theirs != mine.sha256:
+            raise InputError(what, spec, f"{mine.name} ({mine.path}) is not the {spec} of the front {run_dir} "
+                             f"({(info.get(spec) or {}).get('path')})", f"a front of the same {spec}")
 
 
 def against_front(plan, run_dir: str) -> str:
@@ -101,8 +139,13 @@ def summary(plan) -> str:
 
 def run(args: argparse.Namespace) -> int:
     split = (lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None)
-    plan, warnings = import_plan(args.source, args.config, args.overrides, args.cluster, args.workload,
-                                 split(args.rollout_on), split(args.train_on))
+    config, overrides = split_inputs(args.source, args.inputs)
+    if args.source != "verl" and args.config_name:
+        raise InputError(None, "--config-name", "given for AReaL", "verl only (AReaL reads one YAML)")
+    plan, warnings = import_plan(args.source, config, overrides, args.cluster, args.workload,
+                                 split(args.rollout_on), split(args.train_on), args.config_name)
+    if args.front:
+        check_same_problem(plan, args.front, config or "command line")
     for w in warnings:
         _warn(w)
     p = plan.predicted

@@ -12,6 +12,7 @@ from mosearch.report.terminal import console, front_table, plan_tables
 from mosearch.results import load_run, objective_matrix
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
+from problems.placement.plan import Selection
 from problems.placement.planfiles import for_file
 
 
@@ -88,6 +89,17 @@ def run(args) -> int:
     for t in plan_tables(plan, run_.plans):
         con.print(t)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plan.yaml"
+    # the rule and limits travel with the plan: a re-plan after a node loss chooses the same way
+    chosen = Selection(rule=choice.rule, limits={k: getattr(limits, k) for k in ("max_cost", "min_throughput",
+                                                                                 "max_staleness", "max_mem_frac")},
+                       search_limits=run_.info.get("limits") or {}, resolution=[float(r) for r in res],
+                       weights=None if weights is None else [float(w) for w in weights])
+    plan = plan.model_copy(update={"chosen_by": chosen})
     atomic_write_text(out, for_file(plan, out).to_yaml())  # the specs' paths relative to the plan file
-    con.print(f"Wrote {out}. Run it: mosearch train --plan {out}")
+    ex = (run_.info or {}).get("executor") or "mosearch"
+    if ex == "mosearch":
+        con.print(f"Wrote {out}. Run it: mosearch train --plan {out}")
+    else:
+        con.print(f"Wrote {out} (front searched for {run_.info.get('executor_runs', ex)}). Run it there: "
+                  f"mosearch export {out} --to {ex}")
     return 0

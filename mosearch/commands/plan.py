@@ -12,6 +12,7 @@ from mosearch.planner import algorithms
 from mosearch.planner.checkpoint import DEFAULT_EVERY
 from mosearch.planner.search import SearchSettings
 from problems.errors import InputError
+from problems.placement.executors import EXECUTORS
 
 # 60k evaluations (half MaOEA-CS, half Pareto local search on its archive): mixed-64 x
 # qwen2.5-7b-grpo and hetero-1024 each take ~20 s of wall time on the 2-core development
@@ -47,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resolution", metavar="throughput=0.05,cost=0.05,memory=0.15,staleness=1",
                    help="plans closer than this count as one on the front shown (throughput and cost relative, "
                         "memory and staleness absolute; unnamed objectives keep these defaults)")
+    p.add_argument("--executor", choices=list(EXECUTORS), default=None,
+                   help="search only plans this executor can start as planned: mosearch (this project's trainer, "
+                        "the default), verl 0.9.1, areal 1.0.4, rlinf 0.3.0 (rules: problems/placement/executors.py)")
     p.add_argument("--jobs", type=int, default=1, help="evaluate populations across this many Ray tasks (default 1: in process)")
     p.add_argument("--no-report", action="store_true", help="skip the plots and report.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -54,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 RESUME_FIXED = ("cluster", "workload", "out", "evals", "seed", "max_cost", "min_throughput", "max_staleness",
-                "max_mem_frac", "resolution")
+                "max_mem_frac", "resolution", "executor")
 
 
 def _check_resume(args) -> None:
@@ -113,7 +117,8 @@ def run(args) -> int:
                                   pop_size=args.pop_size, jobs=args.jobs, progress=not args.quiet)
         limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
         outcome = plan_run(args.cluster, args.workload, args.out, settings, limits, report=not args.no_report,
-                           checkpoint_every=args.checkpoint_every, resolution=_resolution(args))
+                           checkpoint_every=args.checkpoint_every, resolution=_resolution(args),
+                           executor=args.executor)
     res = outcome.result
     out = console()
     knee_id = outcome.plans[outcome.knee].plan_id if outcome.knee is not None else None
@@ -124,6 +129,10 @@ def run(args) -> int:
     out.print(front_table(top, outcome.baselines,
                           f"{len(shown)} distinct plans of {len(outcome.plans)} Pareto plans found (fastest 10 shown; "
                           f"the rest: mosearch show {args.out})", knee_id))
+    if outcome.restriction is not None:
+        from mosearch.planner.restriction import describe
+
+        out.print(describe(outcome.restriction))
     state = "PARTIAL (interrupted): " if res.partial else ""
     out.print(f"{state}{outcome.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
                   f"{res.history[-1]['hv']:.4f}; knee {knee_id}. Written to {args.out}/ "

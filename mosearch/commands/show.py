@@ -31,17 +31,24 @@ def run(args) -> int:
     knee_id = run_.info.get("knee")
     info = run_.info
     src = f"{info.get('algorithm', '?')}, {info.get('evaluations', '?')} evaluations" if info else "no run.yaml"
+    if info.get("executor") not in (None, "mosearch"):
+        src += f"; plans {info.get('executor_runs', info['executor'])} can start as planned"
     what = (f"{len(plans)} Pareto plans" if args.all else
             f"{len(plans)} distinct plans of {len(run_.all_plans)} Pareto plans found (--all: every one)")
     title = (f"{what}, sorted by {args.sort} ({src})"
              + (f"; first {len(shown)} shown" if len(shown) < len(plans) else "")
              + (" - PARTIAL: search interrupted" if run_.partial else ""))
     console().print(front_table(shown, run_.baselines, title, knee_id))
+    if info.get("restriction"):
+        from mosearch.planner.restriction import describe
+
+        print(describe(info["restriction"]))
     if args.with_plan:
-        from mosearch.commands.import_config import against_front, summary
+        from mosearch.commands.import_config import against_front, check_same_problem, summary
         from problems.placement.plan import load_plan
 
         mine = load_plan(args.with_plan)
+        check_same_problem(mine, args.run_dir, args.with_plan)
         if "throughput_samples_s" not in mine.predicted or "cost_usd_h" not in mine.predicted:
             raise InputError(args.with_plan, "predicted", "no predicted throughput and cost",
                              "a plan scored by the model (mosearch import --out, mosearch pick)")

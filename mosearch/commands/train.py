@@ -57,8 +57,42 @@ def add_parser(subparsers) -> None:
                    help="weight-sync bucket size in MiB (default 512, verl's default); bounds the extra memory")
     p.add_argument("--weight-sync", default="broadcast", choices=["broadcast", "object_store"],
                    help="broadcast along the plan's route (default), or the object-store path (noted in the summary)")
+    p.add_argument("--on-node-loss", default="replace", choices=["replace", "replan", "stop"],
+                   help="when a Ray node is lost: replace (default) re-places its engines and ranks on the surviving "
+                        "nodes where the plan's GPU types still fit; replan runs the planner on the surviving cluster "
+                        "(same workload, limits and pick rule) and continues with the new plan, resharded from the last "
+                        "checkpoint; stop ends with one line giving the resume command (exit 3). Replace or replan "
+                        "that cannot go on stop the same way")
+    p.add_argument("--replan-evals", type=int, default=None,
+                   help="evaluations of a re-plan's search (default 3000)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
+    global _PARSER
+    _PARSER = p
+
+
+_PARSER = None
+EXIT_STOPPED = 3  # a node was lost and the run stopped (--on-node-loss, or no way to go on): resumable
+
+
+def resume_command(args: argparse.Namespace, out: str) -> str:
+    """The command line that continues this run: its own flags (those not at their defaults), --out
+    and --resume."""
+    import shlex
+
+    words = ["mosearch", "train"]
+    for a in _PARSER._actions:
+        if not a.option_strings or a.dest in ("help", "out", "resume"):
+            continue
+        v = getattr(args, a.dest, None)
+        if v == a.default or v is None:
+            continue
+        flag = a.option_strings[0]
+        if v is True:
+            words.append(flag)
+        else:  # an appended flag (--reward) once per value
+            words += [x for item in (v if isinstance(v, list) else [v]) for x in (flag, str(item))]
+    return " ".join(shlex.quote(w) for w in [*words, "--out", out, "--resume"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,9 +123,22 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
         weight_sync=args.weight_sync, reward_weights=_weights(args.reward_weights), reward_errors=args.reward_errors,
-        chat_template=not args.no_chat_template, loggers=args.logger,
+        chat_template=not args.no_chat_template, loggers=args.logger, on_node_loss=args.on_node_loss,
     )
-    summary = train(cfg, log=lambda m: print(m, file=sys.stderr), plan=plan)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    replan = None
+    if args.on_node_loss == "replan":
+        from mosearch.replan import REPLAN_EVALS, replanner
+
+        replan = replanner(inputs, cfg.out, args.replan_evals or REPLAN_EVALS, log)
+    summary = train(cfg, log=log, plan=plan, replan=replan)
+    if summary["status"] == "stopped":
+        print(f"mosearch: {summary['stopped']}; stopped at step {summary['steps']}, resume with: "
+              f"{resume_command(args, cfg.out)}", file=sys.stderr)
+        return EXIT_STOPPED
+    if summary.get("plan_file") and summary["plan_file"] != str(args.plan):  # re-planned: compare with what ran last
+        inputs = PlanInputs.load(summary["plan_file"])
+        plan = inputs.plan
     sync_s = model_sync_s(summary, inputs)
     if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
         summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
@@ -105,11 +152,12 @@ def run(args: argparse.Namespace) -> int:
           f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
     for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
         print(line)
-    print_comparison(summary, inputs, Path(cfg.out))
-    if sync_s is not None and "sync_s" in summary["measured"]:
-        print(f"{'sync_s, this run layout':<28}{sync_s:>12.4g}{summary['measured']['sync_s']:>12.4g}"
-              f"  (model for the {len(summary['layout']['weight_sync']['engine_regions'])} engine(s) and "
-              f"{summary['layout']['weight_sync']['copy_bytes'] / 1e6:.3g} MB that ran)")
+    extra = []
+    if sync_s is not None and "sync_s" in summary["measured"]:  # the model for the engines and bytes that ran
+        ws = summary["layout"]["weight_sync"]
+        extra.append((f"sync_s ({len(ws['engine_regions'])} engine(s), {ws['copy_bytes'] / 1e6:.3g} MB as ran)",
+                      sync_s, summary["measured"]["sync_s"]))
+    print_comparison(summary, inputs, Path(cfg.out), extra)
     return 130 if summary["status"] == "interrupted" else 0
 
 
@@ -156,22 +204,38 @@ ROWS = [(k, k, k) for k in ("step_s", "rollout_s", "train_s", "sync_s", "switch_
 ROWS.append(("generated tokens/s", "generated_tokens_s", "decode_tokens_s"))
 
 
-def comparison_table(summary: dict, predicted: dict) -> list[tuple[str, str, str, str]]:
+def comparison_table(summary: dict, predicted: dict, extra: list[tuple] = ()) -> list[tuple[str, str, str, str]]:
     """(figure, predicted for this run, measured, error) rows; memory: the training side's peak,
-    max_memory_allocated on a GPU, the worker's RSS on the CPU."""
+    max_memory_allocated on a GPU, the worker's RSS on the CPU. Async: the rollout phase the driver
+    times is its wait for generation, so the model's rollout time is set against the engines'
+    generation time (the busiest engine's per step). `extra`: more (label, predicted, measured)."""
     meas = summary.get("measured", {})
     rows = [(label, predicted.get(p), meas.get(m)) for label, p, m in ROWS]
+    if summary.get("mode") == "async":  # the phases the driver times are waits: compare the work itself
+        sync = [meas.get(f"sync_{k}_s") for k in ("gather", "transfer", "load")]
+        swap = {"rollout_s": ("rollout_s (generation)", meas.get("rollout_gen_s")),
+                "sync_s": ("sync_s (gather+send+load)", sum(sync) if None not in sync else None)}
+        rows = [(swap[r[0]][0], r[1], swap[r[0]][1]) if r[0] in swap else r for r in rows]
     if "peak_train_gpu_gb" in meas:
         rows.append(("train_peak_gb (allocated)", predicted.get("train_allocated_gb"), meas["peak_train_gpu_gb"]))
     elif "peak_train_rss_gb" in meas:
         rows.append(("train_peak_gb (RSS)", predicted.get("peak_mem_gb_train"), meas["peak_train_rss_gb"]))
+    rows += list(extra)
     fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
     err = lambda p, m: f"{(p / m - 1) * 100:+.0f}%" if p is not None and m else "-"  # noqa: E731
     return [(label, fmt(p), fmt(m), err(p, m)) for label, p, m in rows]
 
 
-def print_comparison(summary: dict, inputs, out: Path | None = None) -> None:
-    """`inputs`: the run's PlanInputs (or a plan file)."""
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Lines of a table whose columns are as wide as their widest cell, two spaces apart: a long
+    figure widens its column, never runs into the next. The first column left-aligned, the rest right."""
+    width = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, width))).rstrip()
+            for r in [header, *rows]]
+
+
+def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list[tuple] = ()) -> None:
+    """`inputs`: the run's PlanInputs (or a plan file); `extra`: more (label, predicted, measured) rows."""
     from problems.placement.planfiles import PlanInputs
     from problems.placement.predict import LOCAL_CLUSTER, predict_run
 
@@ -186,9 +250,8 @@ def print_comparison(summary: dict, inputs, out: Path | None = None) -> None:
     print(f"predicted for this run's settings: {run.get('prompts_per_step')} prompts x {run.get('group_size')} "
           f"samples, {run.get('mini_batches')} update(s) per step, responses <= {run.get('max_new_tokens')} tokens"
           + "".join(f"; {n}" for n in notes))
-    print(f"{'figure':<28}{'predicted':>12}{'measured':>12}{'error':>8}")
-    for name, pred, meas, err in comparison_table(summary, predicted):
-        print(f"{name:<28}{pred:>12}{meas:>12}{err:>8}")
+    for line in format_table(("figure", "predicted", "measured", "error"), comparison_table(summary, predicted, extra)):
+        print(line)
     if out is not None and out.is_dir():  # beside summary.json: what the comparison was made against
         (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))
 

@@ -17,7 +17,7 @@ def _train_backend(plan: Plan) -> str:
     t = plan.train
     if t.pp > 1:  # AReaL's FSDP engine takes d, t, c only; pipeline stages need Megatron
         return f"megatron:d{t.dp}p{t.pp}t{t.tp}"
-    return f"fsdp:d{t.dp}t{t.tp}"
+    return f"fsdp:d{t.dp}p1t{t.tp}"
 
 
 def _rollout_backend(plan: Plan) -> str:
@@ -25,31 +25,49 @@ def _rollout_backend(plan: Plan) -> str:
     # one TP for all engines: with mixed TP sizes, as many engines of the chosen TP as the GPUs hold
     d = plan.rollout_engines if same else sum(
         p.rollout_gpus + p.shared_gpus for p in plan.pools if p.rollout_engines) // tp
-    return f"vllm:d{d}t{tp}"
+    return f"vllm:d{d}p1t{tp}"
+
+
+def _named(spec: str, name: str) -> str:
+    backend, dims = spec.split(":", 1)
+    return f"{backend}[{name}]:{dims}"
+
+
+def node_size(plan: Plan, ctx: ExportContext) -> int:
+    """AReaL's n_gpus_per_node: the largest count that every node's share of each role is a multiple of
+    (the executor rules make it hold whole engines and TP groups); n_nodes x it = the plan's GPUs."""
+    parts = []
+    for n in L.nodes(plan, ctx):
+        parts += [n.count(role) for role in (L.ROLLOUT, L.TRAIN, L.SHARED) if n.count(role)]
+    return math.gcd(*parts) if parts else 1
 
 
 def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     ctx = ctx or ExportContext()
-    nodes = L.nodes(plan, ctx)
     mode = plan.execution.mode
     t = plan.train
     rollout_backend, train_backend = _rollout_backend(plan), _train_backend(plan)
     colocated = mode == "colocated"
-    sep = "|" if colocated else "+"  # AReaL's grammar: '|' colocates, '+' disaggregates
+    beside_actor = {"type": "colocation", "target": "actor"}
     actor: dict = {
         "backend": train_backend,
         "gradient_checkpointing": plan.train.recompute,
-        "offload": t.optimizer_offload,
+        # AReaL's `offload` moves states out between phases (torch_memory_saver); the plan's optimizer
+        # offload during the step has no AReaL key, so the executor rules leave it off
+        "offload": False,
         # decoupled PPO objective (behaviour vs proximal policy) corrects stale samples
         "use_decoupled_loss": mode == "async",
         "recompute_logprob": True,
     }
+    if colocated:
+        # rl_trainer._validate_cfg: colocated engines load weights from disk
+        actor["weight_update_mode"] = "disk"
     # the plan takes one optimizer step on the whole step's batch (pipeline_chunks only streams it)
     actor["ppo_n_minibatches"] = 1
-    if ctx.has_workload:
-        # AReaL splits each rank's share of the batch into n_mbs micro-batches of the plan's size
-        per_rank = ctx.prompts_per_step * ctx.samples_per_prompt / t.dp
-        actor["mb_spec"] = {"n_mbs": max(1, math.ceil(per_rank / t.micro_batch))}
+    if ctx.prompt_len is not None and ctx.response_max is not None:
+        # AReaL packs each rank's share into micro-batches of at most max_tokens_per_mb tokens: the plan's
+        # micro-batch of longest samples (n_mbs is a minimum count: 1)
+        actor["mb_spec"] = {"n_mbs": 1, "max_tokens_per_mb": t.micro_batch * (ctx.prompt_len + ctx.response_max)}
     if ctx.algorithm is not None and not ctx.reference:
         actor["kl_ctl"] = 0.0  # no reference model, no KL term (AReaL's default coefficient is 0.1)
     rollout: dict = {
@@ -58,12 +76,17 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         "max_concurrent_rollouts": plan.rollout.max_num_seqs * plan.rollout_engines,
     }
     if colocated:
-        rollout["scheduling_strategy"] = {"type": "colocation", "target": "actor"}
-    sizes = sorted({n.size for n in nodes})
+        # one engine per actor worker (LocalScheduler.create_workers: a colocated role has as many
+        # replicas as its target; the executor rules give colocated plans TP-1 engines on every GPU)
+        rollout["scheduling_strategy"] = dict(beside_actor)
+    u = node_size(plan, ctx)
+    sep = "|" if colocated else "+"  # AReaL's grammar: '|' colocates (components after the first named)
     cfg: dict = {
-        "allocation_mode": f"{rollout_backend}{sep}{train_backend}",
-        "cluster": {"n_nodes": len(nodes), "n_gpus_per_node": sizes[-1]},
-        "enable_offload": colocated,  # training state offloaded while vLLM generates
+        "allocation_mode": f"{_named(rollout_backend, 'rollout')}{sep}{_named(train_backend, 'actor')}",
+        # the distributed launchers start n_nodes x n_gpus_per_node GPUs, generation on whole nodes
+        "cluster": {"n_nodes": plan.used_gpus // u, "n_gpus_per_node": u},
+        # required by _validate_cfg with colocation (training state offloaded while vLLM generates)
+        "enable_offload": colocated,
         "actor": actor,
         "rollout": rollout,
         "vllm": {
@@ -79,10 +102,12 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         cfg["gconfig"] = {"n_samples": ctx.samples_per_prompt}
         if ctx.response_max is not None:
             cfg["gconfig"]["max_new_tokens"] = ctx.response_max
+    # the critic (PPO) and the reference train / run on the actor's GPUs with its layout, as planned
     if ctx.algorithm == "ppo":
-        cfg["critic"] = {"backend": "${actor.backend}"}
+        cfg["critic"] = {"backend": train_backend, "scheduling_strategy": dict(beside_actor),
+                         "gradient_checkpointing": plan.train.recompute, "offload": False}
     if ctx.reference or ctx.algorithm is None:
-        cfg["ref"] = {"backend": "${actor.backend}"}
+        cfg["ref"] = {"backend": train_backend, "scheduling_strategy": dict(beside_actor)}
     return cfg
 
 
@@ -95,14 +120,14 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
                    f"{L.role_gpus(plan, 'rollout') or L.role_gpus(plan, 'shared')} GPUs it is given. Pin each "
                    "engine to its GPU type yourself (per-engine scheduling_spec / Ray custom resources; "
                    "AReaL issue #1167). The intended layout is in the header above.")
-    if len({n.size for n in nodes}) > 1:
-        out.append("nodes have different GPU counts; cluster.n_gpus_per_node takes the largest.")
+    u = node_size(plan, ctx)
+    if any(n.size != u for n in nodes):
+        out.append(f"cluster.n_gpus_per_node is {u}: AReaL's launcher counts nodes of {u} GPU{'s' * (u > 1)} (n_nodes x "
+                   f"n_gpus_per_node = the plan's {plan.used_gpus} GPUs); start it on the nodes of the layout above.")
     _, same = L.rollout_tp(plan)
     if not same:
         out.append("pools use different rollout TP sizes; an AReaL allocation string has one: the most "
                    "used one is emitted and d is the total engine count.")
-    if plan.train.sharding in ("none", "zero1", "zero2"):
-        out.append(f"train sharding '{plan.train.sharding}': AReaL's FSDP engine always fully shards.")
     if plan.weight_sync.route == "staged":
         out.append("weight_sync route 'staged' has no AReaL key.")
     if plan.execution.mode != "colocated" and plan.execution.pipeline_chunks > 1:

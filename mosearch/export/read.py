@@ -92,9 +92,27 @@ def _interp(cfg: dict, value):
 
 # --------------------------------------------------------------------------------------------- verl
 
+def _refuse(file: str, key: str, what: str) -> InputError:
+    return InputError(file, key, what, "a dense model's full-parameter GRPO/PPO on GPUs: the plans' space")
+
+
 def read_verl(cfg: dict, file: str) -> Shape:
+    """`cfg` holds the config the user's YAML gives plus their overrides, and the hydra choices under
+    `_hydra` (`config_name`, `model_engine`) from --config-name and group overrides."""
     arr = _get(cfg, "actor_rollout_ref", {})
     warn: list[str] = []
+    hydra = cfg.get("_hydra") or {}
+    # what verl cannot be planned as: LoRA adapters, experts, Ascend NPUs
+    lora = _get(cfg, "actor_rollout_ref.model.lora_rank", 0) or _get(cfg, "actor_rollout_ref.model.lora.rank", 0)
+    if isinstance(lora, int) and lora > 0:
+        raise _refuse(file, "actor_rollout_ref.model.lora_rank", f"LoRA (rank {lora}) trains adapters, not the model")
+    if str(_get(cfg, "trainer.device", "cuda")).lower() == "npu":
+        raise _refuse(file, "trainer.device", "runs on Ascend NPUs")
+    if (_get(cfg, "actor_rollout_ref.actor.megatron.expert_model_parallel_size", 1) or 1) > 1:
+        raise _refuse(file, "actor_rollout_ref.actor.megatron.expert_model_parallel_size", "a mixture-of-experts model")
+    if _get(cfg, "reward.reward_model.enable", False):
+        warn.append("reward.reward_model.enable: the reward model's GPUs and time are not in the plan (rule-based "
+                    "rewards are); scored without it.")
     # defaults: verl 0.9.1 _generated_ppo_trainer.yaml
     v1 = _get(cfg, "trainer.use_v1", True)
     mode_key = _get(cfg, "trainer.v1.trainer_mode", "sync") if v1 else "sync"
@@ -121,33 +139,57 @@ def read_verl(cfg: dict, file: str) -> Shape:
     else:
         raise InputError(file, "trainer.v1.trainer_mode", f"got {mode_key!r}", "sync, colocate_async or separate_async")
     actor = _get(arr, "actor", {})
-    strategy = _get(actor, "strategy", "fsdp")
+    # the strategy: --config-name ppo_megatron_trainer or model_engine=megatron select Megatron's actor
+    # config (trainer/config/model_engine/megatron.yaml); actor.strategy can say so too
+    name = str(hydra.get("config_name") or "ppo_trainer").removesuffix(".yaml")
+    engine = hydra.get("model_engine") or ("megatron" if name == "ppo_megatron_trainer" else "dp")
+    strategy = _get(actor, "strategy", "megatron" if engine == "megatron" else "fsdp")
+    if strategy != "megatron" and isinstance(actor.get("megatron"), dict) and actor["megatron"]:
+        warn.append("actor_rollout_ref.actor.megatron.* given without model_engine=megatron or --config-name "
+                    "ppo_megatron_trainer (verl's FSDP actor has no such keys and would refuse them): read as Megatron.")
+        strategy = "megatron"
     if strategy == "megatron":
         tp = _int(cfg, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1, file)
         pp = _int(cfg, "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", 1, file)
+        cp = _int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size", 1, file)
+        if cp > 1:
+            raise InputError(file, "actor_rollout_ref.actor.megatron.context_parallel_size", f"context parallel {cp}",
+                             "1: a plan splits data, tensors and pipeline stages, not sequences")
         sharding = "zero1" if _get(actor, "megatron.use_distributed_optimizer", True) else "none"
         recompute = _get(actor, "megatron.override_transformer_config.recompute_granularity") == "full"
-        offload = bool(_get(actor, "megatron.optimizer_offload", False))
+        offload = bool(_get(actor, "optim.override_optimizer_config.optimizer_cpu_offload", False))
     elif strategy in ("fsdp", "fsdp2"):
         tp = pp = 1
         fsdp = _get(actor, "fsdp_config", {})
         if _get(fsdp, "fsdp_size", -1) == 1:
             sharding = "none"
-        else:  # verl's default reshards after forward (ZeRO-3 / FSDP)
-            sharding = "fsdp" if _get(fsdp, "reshard_after_forward", True) else "zero2"
+        else:  # verl's default reshards after forward (ZeRO-3 / FSDP; written zero3, the simpler name)
+            sharding = "zero3" if _get(fsdp, "reshard_after_forward", True) else "zero2"
         recompute = bool(_get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True))
-        offload = bool(_get(fsdp, "optimizer_offload", False))
+        offload = bool(_get(fsdp, "offload_policy", False))
+        if _get(fsdp, "optimizer_offload", False):
+            warn.append("fsdp_config.optimizer_offload moves the optimizer state out between phases only; the plan's "
+                        "optimizer offload (during the step) is not it: read as no offload.")
     else:
         raise InputError(file, "actor_rollout_ref.actor.strategy", f"got {strategy!r}", "fsdp, fsdp2 or megatron")
     if train % (tp * pp):
         raise InputError(file, "trainer.n_gpus_per_node", f"{train} trainer GPUs are not a multiple of TP x PP "
                          f"= {tp * pp}", "nnodes x n_gpus_per_node divisible by TP x PP")
-    micro = _get(actor, "ppo_micro_batch_size_per_gpu")
-    if micro is None:
-        raise InputError(file, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "missing",
-                         "the micro-batch per GPU (verl requires it without use_dynamic_bsz)")
-    micro = _int(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1, file)
+    if _get(actor, "use_dynamic_bsz", False):
+        # dynamic batch size packs sequences up to ppo_max_token_len_per_gpu tokens per micro-batch
+        longest = _int(cfg, "data.max_prompt_length", 512, file) + _int(cfg, "data.max_response_length", 512, file)
+        cap = _int(cfg, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", 16384, file)
+        micro = max(1, cap // longest)
+        warn.append(f"use_dynamic_bsz: micro-batches of up to {cap} tokens, read as {micro} longest samples "
+                    f"({longest} tokens) per micro-batch.")
+    else:
+        micro = _get(actor, "ppo_micro_batch_size_per_gpu")
+        if micro is None:
+            raise InputError(file, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "missing",
+                             "the micro-batch per GPU (verl requires it without use_dynamic_bsz)")
+        micro = _int(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1, file)
     rtp = _int(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size", 2, file)
+    # SGLang and vLLM alike take verl's gpu_memory_utilization (SGLang as mem_fraction_static)
     return Shape(mode=mode, staleness=k, rollout_gpus=rollout, rollout_tp=rtp, dp=train // (tp * pp), tp=tp, pp=pp,
                  sharding=sharding, micro_batch=micro, recompute=recompute, optimizer_offload=offload,
                  kv_mem_frac=float(_get(arr, "rollout.gpu_memory_utilization", 0.5)),
@@ -157,22 +199,43 @@ def read_verl(cfg: dict, file: str) -> Shape:
 
 # -------------------------------------------------------------------------------------------- AReaL
 
-_ALLOC = re.compile(r"^(?P<backend>[a-z]+):(?P<dims>(?:[dptce]\d+)+)$")
+_ALLOC = re.compile(r"^(?P<backend>[a-z]+)(\[(?P<name>[A-Za-z_][A-Za-z0-9_]*)\])?:(?P<dims>(?:[dptce]\d+)+)$")
 
 
 def parse_alloc(spec: str, file: str, key: str) -> tuple[str, dict[str, int]]:
-    """One AReaL backend string, `backend:` then d/p/t/c/e sizes (docs/en/reference/alloc_mode.md)."""
-    m = _ALLOC.match(str(spec).strip())
+    """One AReaL backend string, `backend[name]:` then d/p/t/c/e sizes (docs/en/reference/alloc_mode.md)."""
+    text = str(spec).strip()
+    if "(" in text or "attn:" in text or "ffn:" in text:
+        raise _refuse(file, key, f"{spec!r} is a mixture-of-experts layout")
+    m = _ALLOC.match(text)
     if not m:
         raise InputError(file, key, f"cannot read {spec!r}", "an AReaL backend string such as vllm:d2t4 or fsdp:d4t1")
     dims = {k: int(v) for k, v in re.findall(r"([dptce])(\d+)", m["dims"])}
-    if dims.get("c", 1) != 1 or dims.get("e", 1) != 1:
-        raise InputError(file, key, f"{spec!r} uses context or expert parallelism", "d, p and t only (plans have no c/e)")
+    if dims.get("e", 1) != 1:
+        raise _refuse(file, key, f"{spec!r} uses expert parallelism (a mixture-of-experts model)")
+    if dims.get("c", 1) != 1:
+        raise InputError(file, key, f"{spec!r} uses context parallelism", "d, p and t only (plans have no c)")
     return m["backend"], dims
+
+
+def _areal_refusals(cfg: dict, file: str) -> None:
+    for key in ("actor.use_lora", "rollout.use_lora"):
+        if _get(cfg, key, False) is True:
+            raise _refuse(file, key, "LoRA trains adapters, not the model")
+    if _get(cfg, "cluster.n_gpus_per_node", 8) == 0:
+        raise _refuse(file, "cluster.n_gpus_per_node", "0: a CPU-only template")
+    for spec in _get(cfg, "actor.scheduling_spec", []) or []:
+        env = (spec or {}).get("env_vars") or {}
+        npu = [k for k in env if k.startswith(("HCCL_", "ASCEND", "ACL_")) or k == "PYTORCH_NPU_ALLOC_CONF"]
+        if npu:
+            raise _refuse(file, "actor.scheduling_spec.env_vars", f"runs on Ascend NPUs ({npu[0]})")
+        if (spec or {}).get("gpu", 1) == 0:
+            raise _refuse(file, "actor.scheduling_spec.gpu", "0: a CPU-only template")
 
 
 def read_areal(cfg: dict, file: str) -> Shape:
     warn: list[str] = []
+    _areal_refusals(cfg, file)
     roll_spec = _interp(cfg, _get(cfg, "rollout.backend"))
     actor_spec = _interp(cfg, _get(cfg, "actor.backend"))
     colocated = _get(cfg, "rollout.scheduling_strategy.type") == "colocation"
@@ -192,7 +255,8 @@ def read_areal(cfg: dict, file: str) -> Shape:
     if rb not in ("vllm", "sglang"):
         raise InputError(file, "rollout.backend", f"backend {rb!r}", "vllm or sglang")
     if rb == "sglang":
-        warn.append("SGLang engines are scored as vLLM engines of the same TP (the model has one engine).")
+        warn.append("SGLang engines are scored as vLLM engines of the same TP and memory fraction "
+                    "(sglang.mem_fraction_static; the model has one engine).")
     if ab not in ("fsdp", "megatron"):
         raise InputError(file, "actor.backend", f"backend {ab!r}", "fsdp or megatron")
     rtp, rgpus = rd.get("t", 1), rd.get("d", 1) * rd.get("t", 1) * rd.get("p", 1)
@@ -215,13 +279,36 @@ def read_areal(cfg: dict, file: str) -> Shape:
         # a sample is at most the prompt cap (train_dataset.max_length) plus gconfig.max_new_tokens
         longest = (_get(cfg, "train_dataset.max_length", 0) or 0) + _int(cfg, "gconfig.max_new_tokens", 16384, file)
         micro = max(1, min(micro, cap // longest))
+    # the engine's memory share: SGLang's mem_fraction_static or vLLM's gpu_memory_utilization (both 0.9 by default)
+    kv_key = "sglang.mem_fraction_static" if rb == "sglang" else "vllm.gpu_memory_utilization"
     return Shape(mode=mode, staleness=k, rollout_gpus=rgpus, rollout_tp=rtp, dp=dp, tp=tp, pp=pp,
-                 sharding="fsdp" if ab == "fsdp" else "zero1", micro_batch=micro,
+                 sharding="zero3" if ab == "fsdp" else "zero1", micro_batch=micro,
                  recompute=bool(_get(cfg, "actor.gradient_checkpointing", False)),
-                 optimizer_offload=bool(_get(cfg, "actor.offload", False)),
-                 kv_mem_frac=float(_get(cfg, f"{rb}.gpu_memory_utilization", 0.9)),  # vLLMConfig default 0.9
+                 optimizer_offload=False,  # actor.offload: between phases only (rl_trainer's engine.offload)
+                 kv_mem_frac=float(_get(cfg, kv_key, 0.9)),
                  max_num_seqs=_int(cfg, "vllm.max_num_seqs", 256, file),  # vLLMConfig default 256
                  warnings=tuple(warn))
+
+
+# ------------------------------------------------------------------------------------- export header
+
+_NODE = re.compile(r"^#\s+node (\d+): (\S+), GPUs \d+-\d+: (.*)$")
+
+
+def layout_from_header(text: str) -> dict[str, dict[str, int]] | None:
+    """Per pool, the GPUs of each role an export's header lays out (`mosearch export` writes it), so an
+    exported config comes back on the pools it was made for; None for a config without it."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        m = _NODE.match(line)
+        if not m:
+            continue
+        roles = out.setdefault(m[2], {"rollout_gpus": 0, "train_gpus": 0, "shared_gpus": 0})
+        for part in m[3].split(","):
+            name, _, count = part.strip().partition(" ")
+            if name in ("rollout", "train", "shared"):
+                roles[f"{name}_gpus"] += int(count)
+    return out or None
 
 
 READERS = {"verl": read_verl, "areal": read_areal}
@@ -230,7 +317,8 @@ READERS = {"verl": read_verl, "areal": read_areal}
 # ------------------------------------------------------------------------------------------ placing
 
 def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, plan_id: str,
-          rollout_on: list[str] | None = None, train_on: list[str] | None = None, file: str | None = None) -> Plan:
+          rollout_on: list[str] | None = None, train_on: list[str] | None = None, file: str | None = None,
+          fixed: dict[str, dict[str, int]] | None = None) -> Plan:
     """Give the shape's GPUs pools of `cluster`: rollout first, in `rollout_on` order (default: the
     cluster's), then training in `train_on` order, each pool filled up to what is left of it."""
     pools = {p.id: p for p in cluster.pools}
@@ -256,7 +344,13 @@ def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, pl
             raise InputError(file, what, f"{n} more GPUs than cluster {cluster.name} has free for it",
                              f"a config that fits the cluster, or name pools with --rollout-on/--train-on")
 
-    if shape.mode == "colocated":
+    if fixed is not None:  # the pools an export's header names
+        for pid, r in fixed.items():
+            if pid not in pools:
+                raise InputError(file, "layout", f"pool {pid!r} is not in cluster {cluster.name}",
+                                 "the cluster the config was exported for")
+            roles[pid] = dict(r)
+    elif shape.mode == "colocated":
         take(shape.train_gpus, rollout_on or train_on or order, "shared_gpus", "trainer.nnodes")
     else:
         take(shape.rollout_gpus, rollout_on or order, "rollout_gpus", "rollout GPUs")

@@ -15,15 +15,21 @@ _FSDP_SHARDING = {"none": "no_shard", "zero1": "shard_grad_op", "zero2": "shard_
                   "zero3": "full_shard", "fsdp": "full_shard"}
 
 
-def _placement(plan: Plan, nodes: list[L.Node]) -> dict:
-    if plan.execution.mode == "colocated":
-        shared = L.gpu_indices(nodes, L.SHARED)
-        every = sum(n.size for n in nodes)
-        where = "all" if len(shared) == every else L.ranges(shared)
-        return {"actor,rollout,reward": where}
-    roll = L.ranges(L.gpu_indices(nodes, L.ROLLOUT))
-    # rule-based rewards run beside the rollout engines, as in RLinf's disaggregated examples
-    return {"rollout,reward": roll, "actor": L.ranges(L.gpu_indices(nodes, L.TRAIN))}
+_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 trains with bf16 storage
+
+
+def megatron(plan: Plan, ctx: ExportContext) -> bool:
+    """RLinf trains with Megatron for TP/PP, and for PPO (its critic workers are Megatron only)."""
+    return plan.train.tp > 1 or plan.train.pp > 1 or ctx.algorithm == "ppo"
+
+
+def _placement(plan: Plan, nodes: list[L.Node], ctx: ExportContext) -> dict:
+    # the reasoning runner's collocated placement (ModelParallelComponentPlacement): actor (and the PPO
+    # critic, on the actor's GPUs as planned), rollout and the rule-based reward on the same GPUs
+    comps = "actor,critic,rollout,reward" if ctx.algorithm == "ppo" else "actor,rollout,reward"
+    shared = L.gpu_indices(nodes, L.SHARED)
+    every = sum(n.size for n in nodes)
+    return {comps: "all" if len(shared) == every else L.ranges(shared)}
 
 
 def _node_groups(nodes: list[L.Node]) -> list[dict]:
@@ -33,43 +39,50 @@ def _node_groups(nodes: list[L.Node]) -> list[dict]:
     return [{"label": L.label(pool), "node_ranks": L.ranges(ranks)} for pool, ranks in groups.items()]
 
 
-def _actor(plan: Plan) -> dict:
+def _model(plan: Plan, ctx: ExportContext) -> dict:
+    """The actor's (and critic's) training block."""
     t, colocated = plan.train, plan.execution.mode == "colocated"
-    actor: dict = {"enable_offload": colocated}  # offload weights/optimizer while rollout runs
-    if t.tp > 1 or t.pp > 1:
-        actor["training_backend"] = "megatron"
-        actor["offload_optimizer"] = t.optimizer_offload
-        actor["model"] = {
-            "tensor_model_parallel_size": t.tp,
-            "pipeline_model_parallel_size": t.pp,
-            "recompute_granularity": "full" if t.recompute else None,
-            "recompute_method": "block" if t.recompute else None,
+    if megatron(plan, ctx):
+        return {
+            "training_backend": "megatron",
+            # between phases (colocated): weights, gradients and optimizer leave the GPUs while rollout runs
+            "offload_optimizer": colocated, "offload_weight": colocated, "offload_grad": colocated,
+            "model": {
+                "tensor_model_parallel_size": t.tp,
+                "pipeline_model_parallel_size": t.pp,
+                "recompute_granularity": "full" if t.recompute else None,
+                "recompute_method": "block" if t.recompute else None,
+            },
+            # ZeRO-1 style sharding is the distributed optimizer; the plan's optimizer offload (CPU Adam
+            # during the step) is Megatron's optimizer_cpu_offload (rlinf/config.py validate_megatron_cfg)
+            "optim": {"use_distributed_optimizer": t.sharding != "none",
+                      "optimizer_cpu_offload": t.optimizer_offload},
         }
-        actor["optim"] = {"use_distributed_optimizer": t.sharding != "none"}
-    else:
-        actor["training_backend"] = "fsdp"
-        actor["micro_batch_size"] = t.micro_batch
-        actor["fsdp_config"] = {
+    return {
+        "training_backend": "fsdp",
+        "enable_offload": colocated,  # offload the actor between phases (context switch)
+        "fsdp_config": {
             "strategy": "fsdp2",
             "sharding_strategy": _FSDP_SHARDING[t.sharding],
             "gradient_checkpointing": t.recompute,
-        }
-    return actor
+            # validate_fsdp_cfg requires it: weights in the workload's precision, gradients reduced in fp32
+            "mixed_precision": {"param_dtype": _DTYPE.get(ctx.precision or "bf16", "fp32"),
+                                "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        },
+    }
 
 
 def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     ctx = ctx or ExportContext()
     nodes = L.nodes(plan, ctx)
     tp, _ = L.rollout_tp(plan)
-    mode = plan.execution.mode
     algorithm: dict = {
+        # rlinf/config.py validate_reasoning_cfg: the micro-batch of actor and critic
         "training_batch_size_per_gpu": plan.train.micro_batch,
         # one optimizer step on the whole step's batch, as the plan models (chunks only stream it)
         "n_minibatches": 1,
         "recompute_logprobs": True,
     }
-    if mode == "async":
-        algorithm["staleness_threshold"] = plan.execution.staleness_bound
     if ctx.samples_per_prompt is not None:
         algorithm["group_size"] = ctx.samples_per_prompt
     if ctx.algorithm is not None:
@@ -81,7 +94,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     cfg: dict = {
         "cluster": {
             "num_nodes": len(nodes),
-            "component_placement": _placement(plan, nodes),
+            "component_placement": _placement(plan, nodes, ctx),
             "node_groups": _node_groups(nodes),
         },
         "algorithm": algorithm,
@@ -92,8 +105,10 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
             "gpu_memory_utilization": plan.rollout.kv_mem_frac,
             "max_running_requests": plan.rollout.max_num_seqs,
         },
-        "actor": _actor(plan),
+        "actor": _model(plan, ctx),
     }
+    if ctx.algorithm == "ppo":
+        cfg["critic"] = {"use_critic_model": True, **_model(plan, ctx)}
     if ctx.prompts_per_step is not None:
         cfg["data"] = {"rollout_batch_size": ctx.prompts_per_step}
         if ctx.prompt_len is not None and ctx.response_max is not None:

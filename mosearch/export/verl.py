@@ -30,35 +30,52 @@ def off_policy_threshold(k: int) -> int:
     return k + 1
 
 
-def _train_block(plan: Plan, ctx: ExportContext) -> dict:
+def _engine(plan: Plan) -> tuple[dict, dict]:
+    """The Megatron or FSDP block of one trained model (the actor; the critic has the same layout,
+    as the plan models them) and its optimizer overrides."""
     t = plan.train
-    actor: dict = {}
     if megatron(plan):
-        actor["strategy"] = "megatron"
         full = t.recompute  # Megatron's full recomputation of every layer (uniform, one layer a chunk)
-        actor["megatron"] = {
+        block = {
             "tensor_model_parallel_size": t.tp,
             "pipeline_model_parallel_size": t.pp,
             # ZeRO-1 style optimizer sharding is Megatron's distributed optimizer
             "use_distributed_optimizer": t.sharding != "none",
+            # verl's param/optimizer_offload move states out between phases only; the plan's optimizer
+            # offload (CPU Adam during the step) is Megatron's optimizer_cpu_offload below
             "param_offload": False,
-            "optimizer_offload": t.optimizer_offload,
+            "optimizer_offload": False,
             "override_transformer_config": {
                 "recompute_granularity": "full" if full else None,
                 "recompute_method": "uniform" if full else None,
                 "recompute_num_layers": 1 if full else None,
             },
         }
+        optim = ({"override_optimizer_config": {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0}}
+                 if t.optimizer_offload else {})
+        return block, optim
+    return {
+        # fsdp_size 1 = no sharding (plain data parallel replicas); -1 = shard over all ranks
+        "fsdp_size": 1 if t.sharding == "none" else -1,
+        # ZeRO-2 keeps gathered parameters after forward; ZeRO-3/FSDP reshards them
+        "reshard_after_forward": t.sharding in ("zero3", "fsdp"),
+        "param_offload": False,
+        "optimizer_offload": False,
+    }, {}
+
+
+def _train_block(plan: Plan, ctx: ExportContext) -> dict:
+    t = plan.train
+    block, optim = _engine(plan)
+    actor: dict = {}
+    if megatron(plan):
+        actor["strategy"] = "megatron"
+        actor["megatron"] = block
+        if optim:
+            actor["optim"] = optim
     else:
         actor["strategy"] = "fsdp2"
-        actor["fsdp_config"] = {
-            # fsdp_size 1 = no sharding (plain data parallel replicas); -1 = shard over all ranks
-            "fsdp_size": 1 if t.sharding == "none" else -1,
-            # ZeRO-2 keeps gathered parameters after forward; ZeRO-3/FSDP reshards them
-            "reshard_after_forward": t.sharding in ("zero3", "fsdp"),
-            "param_offload": False,
-            "optimizer_offload": t.optimizer_offload,
-        }
+        actor["fsdp_config"] = block
     actor["ppo_micro_batch_size_per_gpu"] = t.micro_batch
     # the plan (and our trainer) take one optimizer step on the whole step's batch: one mini-batch
     # of all prompts, one epoch. pipeline_chunks only streams the batch; it is not an update count.
@@ -68,6 +85,21 @@ def _train_block(plan: Plan, ctx: ExportContext) -> dict:
     # verl's GRPO puts the KL term in the loss (low_var_kl); PPO puts it in the reward
     actor["use_kl_loss"] = ctx.algorithm == "grpo" and ctx.reference
     return actor
+
+
+def _critic_block(plan: Plan) -> dict:
+    """PPO's critic: a TrainingWorker in verl's one global pool (trainer_base._init_resource_pool_mgr),
+    on the actor's GPUs with the actor's layout, as the plan models it."""
+    block, optim = _engine(plan)
+    critic: dict = {"ppo_micro_batch_size_per_gpu": plan.train.micro_batch,
+                    "model": {"enable_gradient_checkpointing": plan.train.recompute}}
+    if megatron(plan):
+        critic["megatron"] = block
+        if optim:
+            critic["optim"] = optim
+    else:
+        critic["fsdp"] = block
+    return critic
 
 
 def _rollout_block(plan: Plan, ctx: ExportContext, nodes: list[L.Node]) -> dict:
@@ -124,7 +156,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         arr["ref"] = {"log_prob_micro_batch_size_per_gpu": plan.train.micro_batch}
     cfg["actor_rollout_ref"] = arr
     if ctx.algorithm == "ppo":
-        cfg["critic"] = {"ppo_micro_batch_size_per_gpu": plan.train.micro_batch}
+        cfg["critic"] = _critic_block(plan)
     v1: dict = {"trainer_mode": "sync" if colocated else "separate_async"}
     if not colocated:
         # one weight sync per optimizer step, i.e. per plan step

@@ -45,6 +45,7 @@ class PlanOutcome:
     files: list[Path]
     front: np.ndarray | None = None  # rows of plans on the epsilon front people read (front.csv)
     evaluations: int = 0  # seeding + search: the one count every output reports
+    restriction: dict | None = None  # what the executor's rules cost (planner/restriction.py)
 
 
 def _versions() -> dict[str, str]:
@@ -57,12 +58,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def build_problem(cluster: str, workload: str, limits: Limits):
+def build_problem(cluster: str, workload: str, limits: Limits, executor: str | None = None):
     from problems.placement.problem import PlacementProblem
 
     kw = {} if limits.max_mem_frac is None else {"max_mem_frac": limits.max_mem_frac}
     return PlacementProblem.from_files(cluster, workload, max_cost_usd_h=limits.max_cost,
-                                       min_throughput=limits.min_throughput, max_staleness=limits.max_staleness, **kw)
+                                       min_throughput=limits.min_throughput, max_staleness=limits.max_staleness,
+                                       executor=executor, **kw)
 
 
 def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
@@ -191,14 +193,16 @@ def resume_run(out: str | Path, progress: bool = True, time_s: float | None = No
     res = run.get("resolution")
     return plan_run(run["cluster"]["path"], run["workload"]["path"], out, settings, limits, on_generation, report,
                     checkpoint_every, resume=(run_id, state),
-                    resolution=decide.RESOLUTION if res is None else np.asarray(res, dtype=float))
+                    resolution=decide.RESOLUTION if res is None else np.asarray(res, dtype=float),
+                    executor=run.get("executor"))
 
 
 def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSettings, limits: Limits = Limits(),
              on_generation=None, report: bool = True, checkpoint_every: int = ckpt.DEFAULT_EVERY,
-             resume: tuple[str, tuple | None] | None = None, resolution: np.ndarray = decide.RESOLUTION) -> PlanOutcome:
+             resume: tuple[str, tuple | None] | None = None, resolution: np.ndarray = decide.RESOLUTION,
+             executor: str | None = None, restriction: bool = True) -> PlanOutcome:
     out = Path(out)
-    problem = build_problem(cluster, workload, limits)
+    problem = build_problem(cluster, workload, limits, executor)
     started = _dt.datetime.now(_dt.timezone.utc)
     out.mkdir(parents=True, exist_ok=True)
     results.remove_stale_stages(out)
@@ -209,7 +213,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         ckpt.start(ck_dir, {"run_id": run_id, **_inputs(cluster, workload, problem), "settings": saved,
                             "limits": {"max_cost": limits.max_cost, "min_throughput": limits.min_throughput,
                                        "max_staleness": limits.max_staleness, "max_mem_frac": limits.max_mem_frac},
-                            "resolution": [float(r) for r in resolution],
+                            "resolution": [float(r) for r in resolution], "executor": problem.executor.name,
                             "started_utc": started.isoformat(timespec="seconds")})
     else:
         run_id, state = resume
@@ -225,6 +229,11 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         # first population beside the corners (a quarter of it at most)
         known = structured.known()
         seeds_X = np.vstack([seeds_X, structured.population_seeds(settings.pop_size // 4)])
+    cost = None
+    if problem.executor.external and restriction:
+        from mosearch.planner.restriction import restriction_cost
+
+        cost = restriction_cost(problem, limits, settings.seed, structured if known is not None else None)
     scale = scale_for(problem.cluster, problem.workload, corners.best_throughput(), corners.max_feasible_cost())
     result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state, known)
     if len(result.F) == 0:
@@ -237,6 +246,9 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     # the front people read: the epsilon front at the resolution, with the knee on it
     front = np.union1d(decide.epsilon_front(F, resolution), [] if knee is None else [knee]).astype(int)
     t_write = time.perf_counter()
+    if cost is not None and plans:
+        cost["front_best"] = max(p.predicted["throughput_samples_s"] for p in plans)
+    problem.restriction = cost
     with results.staged(out) as stage:
         files = _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
                               cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None,
@@ -245,7 +257,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
-                       result.evaluations + corners.evaluations)
+                       result.evaluations + corners.evaluations, cost)
 
 
 def _mark_complete(out: Path, stage: Path) -> None:
@@ -269,6 +281,9 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "cluster": {"path": str(cluster), "sha256": file_sha256(cluster),
                     "profiles": {g: {"path": p, "sha256": file_sha256(p)} for g, p in problem.cluster.profiles.items()}},
         "workload": {"path": str(workload), "sha256": file_sha256(workload)},
+        "executor": problem.executor.name,
+        "executor_runs": problem.executor.runs,
+        "restriction": getattr(problem, "restriction", None),
         "algorithm": settings.algorithm,
         "seed": settings.seed,
         "pop_size": settings.pop_size,
@@ -298,11 +313,17 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
     }
     files = []
     if report:
-        title = f"{problem.cluster.name} x {problem.workload.name}"
+        title = f"{problem.cluster.name} x {problem.workload.name}" + (
+            f" for {problem.executor.runs}" if problem.executor.external else "")
         sub = (f"{len(front)} distinct plans (of {len(plans)} Pareto plans found; resolution "
                f"{decide.describe_resolution(resolution)}) from {info['evaluations']} evaluations "
                f"({settings.algorithm}, seed {settings.seed}){' - PARTIAL: search interrupted' if result.partial else ''}")
         from mosearch.report import write_report_files
+
+        if info.get("restriction"):
+            from mosearch.planner.restriction import describe
+
+            sub += ". " + describe(info["restriction"])
 
         shown = [plans[i] for i in front]
         files = write_report_files(stage, shown, baselines, None if knee is None else int(np.searchsorted(front, knee)),

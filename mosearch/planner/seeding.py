@@ -207,7 +207,10 @@ def baseline_plans(problem, corners: Corners, evals: int = 4000, seed: int = 0) 
     out: dict[str, Plan] = {}
     budget = problem.limits["max_cost_usd_h"]
     for planner, fn in BASELINE_PLANNERS.items():
-        res = fn(problem, budget_usd_h=budget, evals=evals, seed=seed)
+        try:
+            res = fn(problem, budget_usd_h=budget, evals=evals, seed=seed)
+        except ValueError:  # the planner has no plan in this space (e.g. an executor's rules rule its plans out)
+            continue
         corners.evaluations += int(res.evals)
         rows = np.flatnonzero(res.feasible)
         per_type = planner in ("verl-colocated", "best-homogeneous")

@@ -165,6 +165,10 @@ class StructuredSeeds:
         self.kv = min(KV_FRAC, self.max_mem)
         self.route = 1 if len(problem.cluster.regions) > 1 else 0
         self.evaluations = 0
+        # engines alone are scored as colocated plans with 1-GPU replicas (stages 3 and 4): without the
+        # executor's rules (which may not allow that stand-in), its plans are repaired into them after
+        ex = getattr(problem, "executor", None)
+        self.engines = problem.without_executor() if ex is not None and ex.external else problem
         P = self.L.n_pools
         self.n_feet = int(np.clip(POOL_WORK / (len(layouts(self.L)) * P), 24, MAX_TRAIN_FOOTPRINTS))
         self.n_pairs = int(np.clip(MAX_PAIRS * 3 / max(P, 3), 500, MAX_PAIRS))
@@ -191,6 +195,10 @@ class StructuredSeeds:
     def _eval(self, X: np.ndarray) -> dict[str, np.ndarray]:
         self.evaluations += len(X)
         return self.problem.evaluate_matrix(X)
+
+    def _eval_engines(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        self.evaluations += len(X)
+        return self.engines.evaluate_matrix(X)
 
     def _score(self, X: np.ndarray):
         R = self.L.repair(X)
@@ -256,7 +264,7 @@ class StructuredSeeds:
             X[j, i] = c
             X[j, P + i] = c
             X[j, 2 * P + i] = k
-        r = self._eval(L.repair(X))
+        r = self._eval_engines(self.engines.layout.repair(X))
         score = np.where(r["kv_shortfall"] <= 0, r["rollout_s"], np.inf)
         self.best_rtp: dict[tuple[int, int], list[int]] = {}
         for (i, c, k), s in zip(rows, score):
@@ -305,7 +313,7 @@ class StructuredSeeds:
         X[:, :P] = np.tile(Rv, (nV, 1))
         X[:, P:2 * P] = X[:, :P]  # colocated with 1-GPU replicas: the engines alone decide the rollout times
         X[:, 2 * P:3 * P] = np.vstack(tps)
-        R = L.repair(X)
+        R = self.engines.layout.repair(X)
         same = (R[:, :P] == X[:, :P]).all(axis=1)
         K = max(1, L.max_staleness)
         # engine settings: KV share and sequences per engine trade the bulk against the tail of
@@ -315,7 +323,7 @@ class StructuredSeeds:
         for kv, seqs in settings:
             R[:, L.g("kv_mem_frac")] = kv
             R[:, L.g("log2_max_num_seqs")] = seqs
-            r = self._eval(R)
+            r = self._eval_engines(R)
             ok = same & (r["kv_shortfall"] <= 0)
             times.append(np.where(ok, np.maximum(r["rollout_bulk_s"], r["rollout_tail_s"] / (K + 1)), np.inf))
         times = np.array(times).reshape(len(settings) * nV, n)  # (setting, variant) x footprint

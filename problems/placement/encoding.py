@@ -30,7 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from problems.placement.plan import (
+from problems.placement.plan import (  # noqa: F401  (MODES, SHARDINGS, ROUTES: read from here too)
+    MODES,
+    ROUTES,
+    SHARDINGS,
     Execution,
     Plan,
     PoolRoles,
@@ -42,9 +45,6 @@ from problems.placement.plan import (
 from problems.placement.specs import Cluster, Workload
 from problems.placement.model.reduce import pany, pargmax, psum
 
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
-MODES = ("colocated", "disaggregated", "async")
-ROUTES = ("direct", "staged")
 KV_FRAC_RANGE = (0.30, 0.95)
 LOG2_SEQS_RANGE = (3, 10)  # 8..1024 concurrent sequences per engine
 LOG2_MB_RANGE = (0, 5)  # micro-batch 1..32
@@ -81,9 +81,13 @@ class Layout:
     pp_options: np.ndarray
     max_staleness: int
     samples: int
+    # the executor the plans are for (problems/placement/executors.py) and what its rules read; None:
+    # this project's trainer, no rule beyond the structure
+    executor: object | None = None
+    rule_ctx: object | None = None
 
     @classmethod
-    def build(cls, cluster: Cluster, workload: Workload) -> "Layout":
+    def build(cls, cluster: Cluster, workload: Workload, executor: str | None = None) -> "Layout":
         m = workload.model
         counts = np.array([p.count for p in cluster.pools], dtype=np.int64)
         gpn = np.array([p.gpus_per_node for p in cluster.pools], dtype=np.int64)
@@ -96,8 +100,17 @@ class Layout:
         tp = np.array(sorted({t for g in gpn for t in _divisors(int(g)) if m.tp_problem(t, kv_replicas=False) is None}),
                       dtype=np.int64)
         pp = np.array(_pow2_upto(min(MAX_PP, workload.model.layers)), dtype=np.int64)
-        return cls(len(counts), counts, gpn, rtp, np.array([len(o) for o in per_pool]), tp, pp,
-                   workload.max_staleness, workload.samples_per_step)
+        out = cls(len(counts), counts, gpn, rtp, np.array([len(o) for o in per_pool]), tp, pp,
+                  workload.max_staleness, workload.samples_per_step)
+        if executor is not None:
+            from problems.placement import executors as E
+
+            ex = E.get(executor)
+            if ex.external:
+                out.executor = ex
+                out.rule_ctx = E.RuleContext(gpn=gpn, layers=m.layers, samples=workload.samples_per_step,
+                                             ppo=workload.has_critic, max_staleness=workload.max_staleness)
+        return out
 
     # ------------------------------------------------------------ positions and bounds
     @property
@@ -149,6 +162,10 @@ class Layout:
         X[:, kv] = np.round(X[:, kv], 4)  # the precision a plan file keeps
         X = np.clip(X, xl, xu)
         P = self.n_pools
+        if self.executor is not None:  # the executor's modes first: colocated plans share their GPUs
+            from problems.placement.executors import pre_repair
+
+            X = pre_repair(self.executor, self, X)
 
         mode = X[:, self.g("mode")].astype(np.int64)
         X[mode != 2, self.g("staleness_bound")] = 0
@@ -245,6 +262,10 @@ class Layout:
         X[:, self.g("mode")] = np.where(colo, 0, mode)
         X[colo, self.g("staleness_bound")] = 0
         X[colo, self.g("log2_pipeline_chunks")] = 0  # colocated phases run back to back: nothing streams
+        if self.executor is not None:  # then what the executor can express (counts, TPs, knobs)
+            from problems.placement.executors import post_repair
+
+            X = post_repair(self.executor, self, X, self.rule_ctx)
         return X
 
     # ------------------------------------------------------------ vector -> fields

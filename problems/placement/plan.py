@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from problems.specio import load_model
 
@@ -22,6 +22,10 @@ SCHEMA_VERSION = 1
 ExecutionMode = Literal["colocated", "disaggregated", "async"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 SyncRoute = Literal["direct", "staged"]
+# the name sets in their order (the plan vector's indices, problems/placement/encoding.py)
+MODES: tuple[str, ...] = get_args(ExecutionMode)
+SHARDINGS: tuple[str, ...] = get_args(Sharding)
+ROUTES: tuple[str, ...] = get_args(SyncRoute)
 
 
 class _Strict(BaseModel):
@@ -90,6 +94,19 @@ class WeightSync(_Strict):
     route: SyncRoute = Field(description="direct: trainer ranks send to engines; staged: one copy per region, then fan out")
 
 
+class Selection(_Strict):
+    """How `mosearch pick` chose the plan (its rule and limits, and the search's limits), so that a
+    re-plan after a node loss (`mosearch train --on-node-loss replan`) searches and chooses the same way."""
+
+    rule: Literal["knee", "fastest", "cheapest", "weights"]
+    limits: dict[str, float | None] = Field(default_factory=dict, description=(
+        "pick's: max_cost, min_throughput, max_staleness, max_mem_frac"))
+    search_limits: dict[str, float | None] = Field(default_factory=dict, description=(
+        "mosearch plan's: max_cost_usd_h, min_throughput, max_staleness, max_mem_frac"))
+    weights: list[float] | None = None
+    resolution: list[float] | None = None
+
+
 class Plan(_Strict):
     schema_version: int = SCHEMA_VERSION
     plan_id: str
@@ -101,6 +118,14 @@ class Plan(_Strict):
     execution: Execution
     weight_sync: WeightSync
     predicted: dict[str, float] = Field(default_factory=dict, description="objectives and step breakdown the model predicted")
+    chosen_by: Selection | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_choice(self, handler):
+        out = handler(self)
+        if isinstance(out, dict) and out.get("chosen_by") is None:
+            out.pop("chosen_by", None)  # plans of a front were not picked: their files stay as they were
+        return out
 
     @model_validator(mode="after")
     def _layout_matches_pools(self) -> "Plan":

@@ -417,11 +417,14 @@ LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
 def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER,
                 inputs=None) -> tuple[dict, list[str]]:
     """(predicted figures, notes) for what a training run actually did, from its summary: its batch
-    (prompts x group size), the measured mean prompt and response lengths, the longest response it
-    allowed and its optimizer updates per step. An emulated run (`layout.emulated`) is predicted on
-    `local_cluster` with the layout it really ran (its engines and data-parallel ranks on this
-    machine's devices) and the model it trained, in fp32 (what the CPU runs). `inputs`: the run's
-    PlanInputs (the plan and its specs, already read), else read from `plan_file`."""
+    (prompts x group size), the prompt and response lengths it generated (mean, and the longest
+    response), and its optimizer updates per step. A run whose work ran on this machine's CPU while
+    the plan names other devices (`--emulate`, or a cluster whose GPU types are Ray custom resources
+    on nodes without GPUs: `layout.device` cpu) is predicted on `local_cluster`'s devices with the
+    layout it really ran (its engines and their TP, dp x tp x pp and sharding, as many devices as
+    those take) and the model it trained, in fp32 (what the CPU runs). `inputs`: the run's PlanInputs
+    (the plan and its specs, already read), else read from `plan_file`. `predicted["layout"]` says
+    which layout the figures are for."""
     from problems.placement.plan import PoolRoles, SpecRef
     from problems.placement.planfiles import PlanInputs
 
@@ -429,12 +432,16 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
     plan = inputs.plan
     run, lay, meas = summary.get("run", {}), summary.get("layout", {}), summary.get("measured", {})
     mean = lambda k: max(1, round(meas[k])) if meas.get(k) else None  # noqa: E731
+    longest = int(meas["response_tokens_max"]) if meas.get("response_tokens_max") else run.get("max_new_tokens")
     kw = dict(prompts_per_step=run.get("prompts_per_step"), group_size=run.get("group_size"),
               prompt_len=mean("prompt_tokens_mean"), response_mean=mean("response_tokens_mean"),
-              response_max=run.get("max_new_tokens"), mini_batches=int(run.get("mini_batches") or 1))
+              response_max=longest, mini_batches=int(run.get("mini_batches") or 1))
     if kw["response_max"] is not None and kw["response_mean"] is not None:
         kw["response_max"] = max(kw["response_max"], kw["response_mean"])
     notes = []
+    if meas.get("response_tokens_max") and run.get("max_new_tokens"):
+        notes.append(f"responses as generated: mean {kw['response_mean']}, longest {kw['response_max']} tokens "
+                     f"(allowed {run['max_new_tokens']})")
     wl = inputs.workload()
     model = run.get("model")
     presets = model_presets()
@@ -453,24 +460,68 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         else:
             notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
     cluster = None
-    if lay.get("emulated") and local_cluster is not None:
-        cluster = load_cluster(local_cluster)
-        pool = cluster.pools[0]
-        engines, dp = int(lay.get("engines") or 1), int(lay.get("dp") or 1)
-        tp, pp = int(lay.get("tp") or 1), int(lay.get("pp") or 1)
-        etp = max(lay.get("engine_tp") or [1])  # the TP degree the engines ran with
+    engines, dp = int(lay.get("engines") or plan.rollout_engines), int(lay.get("dp") or plan.train.dp)
+    tp, pp = int(lay.get("tp") or plan.train.tp), int(lay.get("pp") or plan.train.pp)
+    sharding = lay.get("sharding") or plan.train.sharding
+    etp = max(lay.get("engine_tp") or [1])  # as the engines reported it (a summary without: 1, the CPU's)
+    if local_cluster is not None:
+        local = load_cluster(local_cluster)
+        foreign = {p.gpu for p in plan.pools if p.used_gpus} - {q.gpu.name for q in local.pools}
+        on_cpu = lay.get("emulated") or (lay.get("device") == "cpu" and foreign)
+    if local_cluster is not None and on_cpu:
         colo = plan.execution.mode == "colocated"
         ranks = dp * tp * pp
+        devices = max(engines * etp, ranks) if colo else engines * etp + ranks
+        per_node = 1 << max(0, (max(devices, etp, tp) - 1).bit_length())  # one machine: one node holds them all
+        share = min(1.0, _cores() / devices)  # the emulated devices time-share this machine's cores
+        pool = dataclasses.replace(local.pools[0], count=devices, gpus_per_node=per_node)
+        cluster = _time_shared(dataclasses.replace(local, pools=[pool]), share)
+        pool = cluster.pools[0]
         roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region,
                           rollout_gpus=0 if colo else engines * etp, train_gpus=0 if colo else ranks,
-                          shared_gpus=ranks if colo else 0, rollout_tp=etp)
+                          shared_gpus=devices if colo else 0, rollout_tp=etp)
         plan = plan.model_copy(update={
-            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": tp, "pp": pp}),
+            "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": tp, "pp": pp, "sharding": sharding}),
             "cluster": SpecRef(name=cluster.name, path=str(local_cluster), sha256="0" * 64)})
         wl = dataclasses.replace(wl, precision="fp32")
-        notes.append(f"emulated: predicted for what ran here: {engines} engine(s) and {dp} training rank(s) on "
-                     f"{cluster.name}'s {pool.gpu.name} devices, fp32")
-    return predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw), notes
+        why = "emulated" if lay.get("emulated") else (f"CPU run ({', '.join(sorted(foreign))} are Ray custom resources "
+                                                     "on nodes without GPUs)")
+        notes.append(f"{why}: predicted for what ran, on {devices} of {cluster.name}'s {pool.gpu.name} devices in fp32: "
+                     f"{engines} engine(s) at TP {etp}, train dp={dp} tp={tp} pp={pp} sharding={sharding}"
+                     + (f"; the {devices} devices share this machine's {_cores()} cores, each at {share:.2g} of a "
+                        "device's speed (a fair share of the cores)" if share < 1 else ""))
+    out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
+    if out.get("repaired"):
+        notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")
+    t = plan.train  # the layout the figures are for
+    out["layout"] = {"engines": plan.rollout_engines, "engine_tp": max(p.rollout_tp for p in plan.pools if p.rollout_engines),
+                     "dp": t.dp, "tp": t.tp, "pp": t.pp, "sharding": t.sharding}
+    return out, notes
+
+
+def _time_shared(cluster: Cluster, share: float) -> Cluster:
+    """The cluster with every device at `share` of its speed: compute and bandwidth figures scaled
+    by it, per-call times (the efficiencies in seconds) by its inverse. How the model sees devices that
+    are slices of fewer CPU cores, each busy process getting its share of them."""
+    if share >= 1.0:
+        return cluster
+    pools = []
+    for p in cluster.pools:
+        g = p.gpu
+        gpu = g.model_copy(update={
+            "tflops": g.tflops * share, "bandwidth_tbs": g.bandwidth_tbs * share,
+            "peak_tflops": {k: v * share for k, v in g.peak_tflops.items()},
+            "intra_node": g.intra_node.model_copy(update={"bandwidth_gbs": g.intra_node.bandwidth_gbs * share})})
+        pools.append(dataclasses.replace(p, gpu=gpu, intra_gbs=p.intra_gbs * share))
+    eff = {gpu: {k: v / share if k.endswith("_s") else v * share if k.endswith(("_gbs", "_tbs")) else v
+                 for k, v in e.items()} for gpu, e in cluster.efficiencies.items()}
+    return dataclasses.replace(cluster, pools=pools, efficiencies=eff)
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def run_sync_s(summary: dict, cluster: Cluster | None, arch: Architecture | None = None) -> float | None:

@@ -10,6 +10,8 @@ Inequality constraints (G <= 0 is feasible), in this order: CONSTRAINTS =
     min_throughput    (min_throughput - throughput) / min_throughput     (-1 without a limit)
     max_staleness     staleness - max_staleness                          (-1 without a limit)
     structure         1 if the repaired vector is still not a valid plan, else 0
+    executor          rules of the executor the plans are for that the plan breaks (0 for this
+                      project's trainer; problems/placement/executors.py)
 `_evaluate` repairs its input first (repair is idempotent), so any vector gets a meaningful score.
 """
 
@@ -30,7 +32,7 @@ from problems.placement.specs import Cluster, Workload, load_cluster, load_workl
 from problems.placement.model.reduce import pany, psum
 
 OBJECTIVES = ("neg_throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
-CONSTRAINTS = ("mem_fits", "kv_fits", "max_cost", "min_throughput", "max_staleness", "structure")
+CONSTRAINTS = ("mem_fits", "kv_fits", "max_cost", "min_throughput", "max_staleness", "structure", "executor")
 # keys of Plan.predicted besides the whole evaluate_matrix breakdown
 PREDICTED_OBJECTIVES = ("throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
 
@@ -57,16 +59,20 @@ class PlacementProblem(Problem):
 
     def __init__(self, cluster: Cluster, workload: Workload, *, max_cost_usd_h: float | None = None,
                  min_throughput: float | None = None, max_staleness: float | None = None,
-                 max_mem_frac: float = 1.0, efficiencies: dict[str, dict[str, float]] | None = None):
+                 max_mem_frac: float = 1.0, efficiencies: dict[str, dict[str, float]] | None = None,
+                 executor: str | None = None):
+        from problems.placement.executors import get as executor_named
+
         self.cluster = cluster
         self.workload = workload
+        self.executor = executor_named(executor)  # the executor the plans are for
         self.limits = {"max_cost_usd_h": max_cost_usd_h, "min_throughput": min_throughput,
                        "max_staleness": max_staleness, "max_mem_frac": max_mem_frac}
         # fitted by calibration (the cluster's profiles), then any given here on top
         self.efficiencies = {g: dict(v) for g, v in cluster.efficiencies.items()}
         for gpu, over in (efficiencies or {}).items():
             self.efficiencies.setdefault(gpu, {}).update(over)
-        self.layout = Layout.build(cluster, workload)
+        self.layout = Layout.build(cluster, workload, self.executor.name)
         self.ctx: ModelContext = _model.build_context(cluster, workload, self.efficiencies)
         self.cluster_ref = _spec_ref(cluster.name, cluster.path)
         self.workload_ref = _spec_ref(workload.name, workload.path)
@@ -104,7 +110,7 @@ class PlacementProblem(Problem):
                if lim["min_throughput"] else none)
         stale = r["staleness"] - lim["max_staleness"] if lim["max_staleness"] is not None else none
         return np.column_stack([r["peak_mem_frac"] - lim["max_mem_frac"], r["kv_shortfall"], cost, thr, stale,
-                                r["structure"]])
+                                r["structure"], r["executor"]])
 
     # ------------------------------------------------------------ evaluation
     def evaluate_matrix(self, X) -> dict[str, np.ndarray]:
@@ -114,6 +120,7 @@ class PlacementProblem(Problem):
         f = self.layout.fields(R)
         r = _model.evaluate(self.ctx, f)
         r["structure"] = self._structure_violation(f)
+        r["executor"] = self._executor_violation(f)
         r["repaired"] = pany(np.abs(R - X) > 1e-9).astype(float)
         r["feasible"] = (self._constraints(r) <= 0).all(axis=1).astype(float)
         return r
@@ -129,6 +136,32 @@ class PlacementProblem(Problem):
         bad |= psum(train) < 1
         bad |= pany((train > 0) & (self.layout.gpn[None, :] % f["tp"][:, None] != 0))
         return bad.astype(float)
+
+    def _executor_violation(self, f) -> np.ndarray:
+        from problems.placement.executors import violation_count
+
+        L = self.layout
+        if L.executor is None:
+            return np.zeros(len(f["mode"]))
+        return violation_count(L.executor, L, f, L.rule_ctx)
+
+    def without_executor(self) -> "PlacementProblem":
+        """The same problem (limits, efficiencies) without the executor's rules."""
+        if not self.executor.external:
+            return self
+        lim = self.limits
+        return PlacementProblem(self.cluster, self.workload, max_cost_usd_h=lim["max_cost_usd_h"],
+                                min_throughput=lim["min_throughput"], max_staleness=lim["max_staleness"],
+                                max_mem_frac=lim["max_mem_frac"], efficiencies=self.efficiencies)
+
+    def executor_problem(self, plan: Plan) -> str | None:
+        """The first rule of this problem's executor that `plan` breaks, as it is (not repaired)."""
+        from problems.placement.executors import why
+
+        L = self.layout
+        if L.executor is None:
+            return None
+        return why(L.executor, L, L.fields(self.encode(plan)[None, :]), L.rule_ctx)
 
     def evaluate_plans(self, plans: list[Plan]) -> dict[str, np.ndarray]:
         return self.evaluate_matrix(np.array([self.encode(p) for p in plans]))

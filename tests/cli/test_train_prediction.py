@@ -73,3 +73,70 @@ def test_emulated_run_says_what_it_replaces_first(tmp_path):
     line = emulation_line(plan, str(path))
     assert line.startswith("EMULATED run: plan for cluster 'mixed-8'")
     assert all(p.gpu in line for p in plan.pools if p.used_gpus) and "not for the plan's GPUs" in line
+
+
+def _ran(summary, **layout):
+    summary["layout"].update(layout)
+    return summary
+
+
+def test_emulated_run_is_predicted_for_exactly_the_layout_that_ran(tmp_path, monkeypatch):
+    """2 engines and dp 2 with ZeRO-3 ran: the prediction is for that (it was for 1 engine and dp 1,
+    repaired to the 2 devices of the local cluster), on as many devices as ran, time-sharing the cores."""
+    import problems.placement.predict as PR
+
+    _, _, path = _plan(tmp_path, "mixed-8.yaml", "qwen2.5-7b-grpo.yaml")
+    summary = _ran(_summary(emulated=True), engines=2, dp=2, tp=1, pp=1, sharding="zero3", engine_tp=[1, 1])
+    monkeypatch.setattr(PR, "_cores", lambda: 64)  # cores enough: a device each
+    alone, notes = predict_run(path, summary)
+    assert alone["layout"] == {"engines": 2, "engine_tp": 1, "dp": 2, "tp": 1, "pp": 1, "sharding": "zero3"}
+    assert not alone["repaired"] and any("2 engine(s) at TP 1, train dp=2" in n for n in notes)
+    monkeypatch.setattr(PR, "_cores", lambda: 2)  # the 4 devices (disaggregated) on 2 cores: each at half speed
+    shared, notes = predict_run(path, summary)
+    assert shared["layout"] == alone["layout"] and any("each at 0.5 of a device's speed" in n for n in notes)
+    for k in ("rollout_s", "train_s"):
+        assert 1.5 < shared[k] / alone[k] <= 2.0 + 1e-9, k  # compute and per-call times at half the speed
+
+
+def test_a_cpu_run_on_custom_resources_is_predicted_for_the_cpu(tmp_path):
+    """GPU types offered as Ray custom resources by nodes without GPUs: the work ran on the CPU, so the
+    prediction is this machine's CPU profile for the layout that ran, not the plan's H100s."""
+    _, _, path = _plan(tmp_path, "mixed-8.yaml", "qwen2.5-7b-grpo.yaml")
+    summary = _ran(_summary(), device="cpu", engines=1, dp=1, tp=1, pp=1, sharding="none", engine_tp=[1])
+    got, notes = predict_run(path, summary)
+    assert any(n.startswith("CPU run (") and "Ray custom resources" in n for n in notes)
+    emulated, _ = predict_run(path, _ran(_summary(emulated=True), engines=1, dp=1, tp=1, pp=1, sharding="none",
+                                         engine_tp=[1]))
+    assert got["step_s"] == pytest.approx(emulated["step_s"])  # the CPU profile, as an emulated run is predicted
+    real = _ran(_summary(), device="cuda")
+    real["run"]["model"] = "qwen2.5-7b"  # a GPU run trains the workload's model
+    on_gpu, notes = predict_run(path, real)
+    assert not any("CPU run" in n for n in notes) and on_gpu["step_s"] != pytest.approx(got["step_s"])
+
+
+def test_lengths_are_the_generated_ones(tmp_path):
+    """The longest response generated, not the one allowed (a workload's 8k limit the tiny model never nears)."""
+    _, _, path = _plan(tmp_path, "local.yaml", "tiny-grpo.yaml")
+    summary = _summary()
+    summary["run"]["max_new_tokens"] = 8192
+    summary["measured"]["response_tokens_max"] = 5
+    got, notes = predict_run(path, summary)
+    want = predict_plan(path, prompts_per_step=64, group_size=16, prompt_len=10, response_mean=2, response_max=5,
+                        mini_batches=4)
+    assert got["rollout_s"] == pytest.approx(want["rollout_s"]) and any("longest 5 tokens (allowed 8192)" in n for n in notes)
+
+
+def test_async_compares_generation_with_generation_and_columns_never_touch():
+    from mosearch.commands.train import format_table
+
+    summary = {"mode": "async", "measured": {"rollout_s": 0.01, "rollout_gen_s": 1.5, "sync_s": 0.001,
+                                             "sync_gather_s": 0.01, "sync_transfer_s": 0.05, "sync_load_s": 0.04}}
+    rows = {r[0]: r for r in comparison_table(summary, {"rollout_s": 1.2, "sync_s": 0.1, "throughput_tokens_s": 5807.0,
+                                                        "step_s": 1e9})}
+    assert rows["rollout_s (generation)"][2] == "1.5" and rows["sync_s (gather+send+load)"][2] == "0.1"
+    summary["measured"]["throughput_tokens_s"] = 2.08
+    lines = format_table(("figure", "predicted", "measured", "error"),
+                         comparison_table(summary, {"throughput_tokens_s": 5807.0}))
+    row = next(x for x in lines if x.startswith("throughput_tokens_s"))
+    assert row.split() == ["throughput_tokens_s", "5807", "2.08", "+279083%"]  # each cell its own column
+    assert len({len(x) for x in lines}) == 1 or all("  " in x for x in lines)

@@ -69,3 +69,37 @@ def ctx() -> ExportContext:
         model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
         samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len, response_max=w.response_max,
         reference=w.has_reference)
+
+
+# ------------------------------------------------------------------ fronts searched for an executor
+
+# `mosearch plan --executor` with a reduced budget: EVALS evaluations plus the structured stage outside
+# it (the stage finds most of the front; the search adds little at this size), once per session
+EVALS = 600
+
+
+def front_paths(cluster: str, workload: str) -> tuple[Path, Path]:
+    return ROOT / f"problems/clusters/{cluster}.yaml", ROOT / f"problems/workloads/{workload}.yaml"
+
+
+@pytest.fixture(scope="session")
+def fronts(tmp_path_factory):
+    """(executor, cluster, workload) -> (plans of front.csv, cluster, workload), searched on first use."""
+    from mosearch.planner.run import plan_run
+    from mosearch.planner.search import SearchSettings
+
+    cache: dict = {}
+
+    def get(executor: str, cluster: str, workload: str):
+        key = (executor, cluster, workload)
+        if key not in cache:
+            c, w = front_paths(cluster, workload)
+            out = tmp_path_factory.mktemp(f"{executor}-{cluster}-{workload}")
+            settings = SearchSettings(evals=EVALS, seed=0, progress=False)
+            res = plan_run(str(c), str(w), out, settings, report=False, executor=executor, restriction=False)
+            cache[key] = ([res.plans[i] for i in res.front], load_cluster(c), load_workload(w))
+        return cache[key]
+
+    return get
+
+

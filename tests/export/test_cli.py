@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from mosearch.cli import main
@@ -13,33 +14,57 @@ def _write(tmp_path, plan, name="plan.yaml"):
     return path
 
 
+def _runnable(plan, **train):
+    """The plan without what AReaL/RLinf have no key for (streamed chunks, staged sync, optimizer offload)."""
+    return plan.model_copy(update={
+        "execution": plan.execution.model_copy(update={"pipeline_chunks": 1}),
+        "weight_sync": plan.weight_sync.model_copy(update={"route": "direct"}),
+        "train": plan.train.model_copy(update={"optimizer_offload": False, **train})})
+
+
 def test_export_to_file_reads_the_cluster_the_plan_names(tmp_path, hetero_disagg, capsys):
     out = tmp_path / "sub" / "areal.yaml"
-    assert main(["export", str(_write(tmp_path, hetero_disagg)), "--to", "areal", "--out", str(out)]) == 0
+    plan = _runnable(hetero_disagg, sharding="fsdp")
+    assert main(["export", str(_write(tmp_path, plan)), "--to", "areal", "--out", str(out)]) == 0
     cfg = yaml.safe_load(out.read_text())
-    assert cfg["allocation_mode"] == "vllm:d16t2+fsdp:d8t2"
+    assert cfg["allocation_mode"] == "vllm[rollout]:d16p1t2+fsdp[actor]:d8p1t2"
     assert cfg["train_dataset"]["batch_size"] == 128  # from the workload file the plan names
     assert capsys.readouterr().out == ""  # --out: nothing on stdout
     assert [p.name for p in out.parent.iterdir()] == ["areal.yaml"]  # no temp file left
 
 
-def test_export_to_stdout(tmp_path, async_plan, capsys):
-    assert main(["export", str(_write(tmp_path, async_plan)), "--to", "rlinf"]) == 0
+def test_export_to_stdout(tmp_path, colocated, capsys):
+    assert main(["export", str(_write(tmp_path, _runnable(colocated))), "--to", "rlinf"]) == 0
     cfg = yaml.safe_load(capsys.readouterr().out)
-    assert cfg["cluster"]["component_placement"]["actor"] == "24-31"
+    assert cfg["cluster"]["component_placement"] == {"actor,rollout,reward": "all"}
 
 
-def test_missing_specs_fall_back_with_a_warning(tmp_path, colocated, capsys):
-    plan = colocated.model_copy(update={
-        "cluster": colocated.cluster.model_copy(update={"path": "gone/cluster.yaml"}),
-        "workload": colocated.workload.model_copy(update={"path": "gone/workload.yaml"}),
-    })
-    assert main(["export", str(_write(tmp_path, plan)), "--to", "verl"]) == 0
+def test_a_plan_the_target_cannot_run_is_refused_with_the_nearest_it_can(tmp_path, hetero_disagg, colocated, capsys):
+    from mosearch.results import write_front
+
+    front = tmp_path / "run"
+    ok = _runnable(colocated).model_copy(update={"plan_id": "p007", "predicted": {
+        "throughput_samples_s": 9.0, "cost_usd_h": 30.0, "peak_mem_frac": 0.5, "staleness": 0.0}})
+    write_front(front, [ok])
+    plan = hetero_disagg.model_copy(update={"predicted": {"throughput_samples_s": 10.0, "cost_usd_h": 40.0}})
+    assert main(["export", str(_write(tmp_path, plan)), "--to", "rlinf", "--front", str(front)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"mosearch: {tmp_path / 'plan.yaml'}: executor: RLinf 0.3.0")
+    assert "needs one of its modes: colocated (the plan is disaggregated" in err
+    assert f"the nearest plan of {front} it can run: p007, 9 samples/s at $30.00/h" in err
+
+
+@pytest.mark.parametrize("gone", ["cluster", "workload"])
+def test_missing_spec_is_one_line_exit_2(tmp_path, colocated, capsys, gone):
+    # the TP / head divisibility check needs the workload, node sizes the cluster: never skipped silently
+    spec = getattr(colocated, gone)
+    plan = colocated.model_copy(update={gone: spec.model_copy(update={"path": f"gone/{gone}.yaml"})})
+    assert main(["export", str(_write(tmp_path, plan)), "--to", "verl"]) == 2
     captured = capsys.readouterr()
-    assert "assuming 8 GPUs per node" in captured.err
-    cfg = yaml.safe_load(captured.out)
-    assert (cfg["trainer"]["nnodes"], cfg["trainer"]["n_gpus_per_node"]) == (2, 8)
-    assert "data" not in cfg and "algorithm" not in cfg  # no workload: no batch sizes or algorithm invented
+    err = captured.err.strip()
+    assert captured.out == "" and "\n" not in err
+    assert err.startswith(f"mosearch: {tmp_path / 'plan.yaml'}: {gone}.path: gone/{gone}.yaml: no such file")
+    assert f"--{gone}" in err
 
 
 def test_bad_plan_is_one_line_exit_2(tmp_path, capsys):

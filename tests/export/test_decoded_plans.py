@@ -58,24 +58,31 @@ def test_gpu_counts_survive_export(decoded, ctx):
         assert areal["rollout"]["max_head_offpolicyness"] == plan.execution.staleness_bound
 
         cl = EXPORTERS["rlinf"](plan, ctx)["cluster"]
-        placement = cl["component_placement"]
-        if colocated:
-            where = placement["actor,rollout,reward"]
+        if colocated:  # RLinf runs colocated plans only (its rules refuse the others)
+            where = cl["component_placement"]["actor,rollout,reward"]
             assert where == "all" or len(_expand(where)) == shared
-        else:
-            r, a = _expand(placement["rollout,reward"]), _expand(placement["actor"])
-            assert (len(r), len(a)) == (roll, train) and not set(r) & set(a)
         ranks = sorted(i for g in cl["node_groups"] for i in _expand(g["node_ranks"]))
         assert ranks == list(range(cl["num_nodes"]))
 
 
-def test_cli_exports_a_decoded_plan(decoded, tmp_path, monkeypatch, capsys):
-    plan = next(p for p in decoded if p.execution.mode == "async")
-    path = tmp_path / "plan.yaml"
-    path.write_text(plan.to_yaml())
+def test_cli_exports_what_the_target_runs_and_refuses_the_rest(decoded, tmp_path, monkeypatch, capsys):
+    """Each decoded plan: exported when the target's rules hold, else exit 2 with the rule in one line."""
     monkeypatch.chdir(ROOT)  # the plan names its specs relative to the repository root
-    assert main(["export", str(path), "--to", "areal"]) == 0
-    captured = capsys.readouterr()
-    assert captured.err == ""  # specs found, hashes match
-    cfg = yaml.safe_load(captured.out)
-    assert cfg["rollout"]["max_head_offpolicyness"] == plan.execution.staleness_bound >= 1
+    seen = set()
+    for plan in decoded[:12]:
+        path = tmp_path / "plan.yaml"
+        path.write_text(plan.to_yaml())
+        for target in ("verl", "areal", "rlinf"):
+            why = PlacementProblem(load_cluster(CLUSTER), load_workload(WORKLOAD), executor=target).executor_problem(plan)
+            rc = main(["export", str(path), "--to", target])
+            captured = capsys.readouterr()
+            seen.add(why is None)
+            if why is None:
+                assert rc == 0 and captured.err == ""  # specs found, hashes match
+                cfg = yaml.safe_load(captured.out)
+                assert cfg
+            else:
+                assert rc == 2 and captured.out == ""
+                assert captured.err.strip() == f"mosearch: {path}: executor: {why} (a plan of a front searched " \
+                                               f"with `mosearch plan --executor {target}`)"
+    assert seen == {False} or seen == {True, False}

@@ -8,7 +8,10 @@ import yaml
 from mosearch.export import EXPORTERS, NOTES, render
 from mosearch.export import layout as L
 
-from .conftest import make_plan, pool
+from problems.placement.problem import PlacementProblem
+from problems.placement.specs import load_cluster, load_workload
+
+from .conftest import CLUSTER, WORKLOAD, make_plan, pool
 
 
 def test_registry_names_three_targets():
@@ -58,9 +61,10 @@ def test_verl_hetero_disaggregated(hetero_disagg, ctx):
 
 def test_areal_hetero_disaggregated(hetero_disagg, ctx):
     cfg = EXPORTERS["areal"](hetero_disagg, ctx)
-    assert cfg["rollout"]["backend"] == "vllm:d16t2"  # 32 L40S / TP 2
-    assert cfg["actor"]["backend"] == "fsdp:d8t2"
-    assert cfg["allocation_mode"] == "vllm:d16t2+fsdp:d8t2"
+    assert cfg["rollout"]["backend"] == "vllm:d16p1t2"  # 32 L40S / TP 2
+    assert cfg["actor"]["backend"] == "fsdp:d8p1t2"
+    # the legacy one-string form names both components (AReaL's colocation grammar requires names)
+    assert cfg["allocation_mode"] == "vllm[rollout]:d16p1t2+fsdp[actor]:d8p1t2"
     assert cfg["rollout"]["max_head_offpolicyness"] == 0
     assert cfg["cluster"] == {"n_nodes": 6, "n_gpus_per_node": 8}
     assert cfg["actor"]["use_decoupled_loss"] is False
@@ -68,18 +72,11 @@ def test_areal_hetero_disaggregated(hetero_disagg, ctx):
     assert cfg["gconfig"]["n_samples"] == 8
 
 
-def test_rlinf_hetero_disaggregated(hetero_disagg, ctx):
-    cfg = EXPORTERS["rlinf"](hetero_disagg, ctx)
-    cl = cfg["cluster"]
-    assert cl["num_nodes"] == 6
-    assert cl["component_placement"] == {"rollout,reward": "0-31", "actor": "32-47"}
-    assert cl["node_groups"] == [{"label": "l40s-eu-west", "node_ranks": "0-3"},
-                                 {"label": "h100-us-east", "node_ranks": "4-5"}]
-    assert cfg["rollout"]["tensor_parallel_size"] == 2
-    assert cfg["rollout"]["rollout_backend"] == "vllm"
-    assert cfg["actor"]["training_backend"] == "megatron"
-    assert cfg["actor"]["enable_offload"] is False
-    assert "staleness_threshold" not in cfg["algorithm"]
+def test_rlinf_runs_disaggregated_plans_not_as_planned(hetero_disagg, ctx):
+    """RLinf's disaggregated reasoning placement needs dedicated inference GPUs the plan does not have."""
+    problem = PlacementProblem(load_cluster(CLUSTER), load_workload(WORKLOAD), executor="rlinf")
+    why = problem.executor_problem(hetero_disagg)
+    assert why.startswith("RLinf 0.3.0") and "one of its modes: colocated" in why and "disaggregated" in why
 
 
 # ------------------------------------------------------------------ colocated
@@ -92,19 +89,24 @@ def test_verl_colocated(colocated, ctx):
     assert arr["hybrid_engine"] is True and arr["rollout"]["free_cache_engine"] is True
     assert arr["rollout"]["tensor_model_parallel_size"] == 4
     assert arr["actor"]["strategy"] == "fsdp2"
+    # verl's FSDP optimizer_offload moves the state out between phases only: not the plan's offload, which
+    # verl's rules refuse (its Megatron CPU optimizer is the one that matches)
     assert arr["actor"]["fsdp_config"] == {"fsdp_size": -1, "reshard_after_forward": True,
-                                           "param_offload": False, "optimizer_offload": True}
+                                           "param_offload": False, "optimizer_offload": False}
+    why = PlacementProblem(load_cluster(CLUSTER), load_workload(WORKLOAD), executor="verl").executor_problem(colocated)
+    assert "the optimizer state on the GPUs with this backend" in why
     assert arr["actor"]["ppo_mini_batch_size"] == 128
 
 
 def test_areal_colocated(colocated, ctx):
     cfg = EXPORTERS["areal"](colocated, ctx)
-    assert cfg["allocation_mode"] == "vllm:d4t4|fsdp:d16t1"  # '|' = colocation in AReaL's grammar
+    assert cfg["allocation_mode"] == "vllm[rollout]:d4p1t4|fsdp[actor]:d16p1t1"  # '|' = colocation, named
     assert cfg["rollout"]["scheduling_strategy"] == {"type": "colocation", "target": "actor"}
     assert cfg["rollout"]["max_head_offpolicyness"] == 0
     assert cfg["enable_offload"] is True and cfg["vllm"]["enable_sleep_mode"] is True
     assert cfg["vllm"]["gpu_memory_utilization"] == 0.5
-    assert cfg["actor"]["offload"] is True
+    assert cfg["actor"]["offload"] is False  # between phases only in AReaL: not the plan's optimizer offload
+    assert cfg["actor"]["weight_update_mode"] == "disk"  # rl_trainer._validate_cfg with colocation
 
 
 def test_rlinf_colocated(colocated, ctx):
@@ -123,7 +125,9 @@ def test_partial_colocation_gives_ranges_and_uneven_nodes(ctx):
     out = EXPORTERS["verl"](plan, ctx)
     assert (out["trainer"]["nnodes"], out["trainer"]["n_gpus_per_node"]) == (2, 8)  # 8 + 4: the largest node
     assert any("uneven [8, 4]" in n for n in NOTES["verl"](plan, ctx))
-    assert EXPORTERS["areal"](plan, ctx)["allocation_mode"] == "vllm:d3t4|fsdp:d12t1"
+    assert EXPORTERS["areal"](plan, ctx)["allocation_mode"] == "vllm[rollout]:d3p1t4|fsdp[actor]:d12p1t1"
+    # nodes of 8 and 4 shared GPUs: AReaL's launcher counts 3 nodes of 4
+    assert EXPORTERS["areal"](plan, ctx)["cluster"] == {"n_nodes": 3, "n_gpus_per_node": 4}
 
 
 # ------------------------------------------------------------------ asynchronous
@@ -134,8 +138,9 @@ def test_areal_async(async_plan, ctx):
     assert cfg["actor"]["use_decoupled_loss"] is True
     assert cfg["actor"]["backend"] == "megatron:d2p2t2"  # pipeline stages need Megatron
     # TP 2 on 8 H100 and TP 4 on 12 L40S: one TP per string; the larger share (4) over 20 GPUs
-    assert cfg["rollout"]["backend"] == "vllm:d5t4"
-    assert cfg["cluster"]["n_nodes"] == 4
+    assert cfg["rollout"]["backend"] == "vllm:d5p1t4"
+    # per-node shares 8, 8, 4 (L40S half node), 8: logical nodes of 4, 28 GPUs
+    assert cfg["cluster"] == {"n_nodes": 7, "n_gpus_per_node": 4}
     assert any("different rollout TP" in n for n in NOTES["areal"](async_plan, ctx))
 
 
@@ -146,31 +151,15 @@ def test_verl_async(async_plan, ctx):
     assert cfg["trainer"]["v1"]["trainer_mode"] == "separate_async"
     roll = cfg["actor_rollout_ref"]["rollout"]
     assert (roll["nnodes"], roll["n_gpus_per_node"]) == (3, 8)  # rollout GPUs per node 8, 8, 4: uneven
-    assert any("uneven [8, 8, 4]" in n for n in NOTES["verl"](async_plan, ctx))
     actor = cfg["actor_rollout_ref"]["actor"]
     assert actor["megatron"]["pipeline_model_parallel_size"] == 2
     assert actor["ppo_mini_batch_size"] == 128
 
 
-def test_rlinf_async(async_plan, ctx):
-    cfg = EXPORTERS["rlinf"](async_plan, ctx)
-    # nodes: H100 rollout (0-7), L40S full (8-15), L40S half (16-19, 20-23 idle), H100 train (24-31)
-    assert cfg["cluster"]["component_placement"] == {"rollout,reward": "0-19", "actor": "24-31"}
-    assert cfg["cluster"]["node_groups"] == [{"label": "h100-us-east", "node_ranks": "0-0,3-3"},
-                                             {"label": "l40s-eu-west", "node_ranks": "1-2"}]
-    assert cfg["algorithm"]["staleness_threshold"] == 3
-    assert cfg["algorithm"]["n_minibatches"] == 1  # one optimizer step per step (chunks only stream)
-    assert cfg["actor"]["model"]["pipeline_model_parallel_size"] == 2
-
-
-def test_rlinf_flags_a_layout_it_cannot_place(ctx):
-    """Two pools each split between roles: rollout cannot be one contiguous range."""
-    plan = make_plan("split2", [pool("H100@us-east", rollout=4, train=12, tp=1),
-                                pool("L40S@eu-west", rollout=4, train=4, tp=1)],
-                     {"dp": 16, "tp": 1, "pp": 1, "micro_batch": 1}, "disaggregated")
-    nodes = L.nodes(plan, ctx)
-    assert not L.contiguous(L.gpu_indices(nodes, L.ROLLOUT)) or not L.contiguous(L.gpu_indices(nodes, L.TRAIN))
-    assert any("contiguous" in n for n in NOTES["rlinf"](plan, ctx))
+def test_verl_refuses_uneven_rollout_nodes(async_plan):
+    """Rollout GPUs per node 8, 8, 4: nnodes x n_gpus_per_node cannot say that."""
+    why = PlacementProblem(load_cluster(CLUSTER), load_workload(WORKLOAD), executor="verl").executor_problem(async_plan)
+    assert why.startswith("verl 0.9.1") and ("nnodes x n_gpus_per_node" in why or "rollout TP" in why)
 
 
 def test_ranges():

@@ -3,92 +3,63 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from mosearch.cli import main
 from mosearch.commands.import_config import import_plan
-from mosearch.export import EXPORTERS, ExportContext
-from mosearch.export import layout as L
+from mosearch.export import ExportContext, render
 from mosearch.export.read import apply_overrides
+from problems.placement.plan import file_sha256
 from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
 
+from .conftest import front_paths
+
 ROOT = Path(__file__).resolve().parents[2]
 H100 = ROOT / "problems/clusters/h100-64.yaml"
-WORKLOADS = sorted((ROOT / "problems/workloads").glob("*.yaml"))
 EXAMPLES = ROOT / "docs/examples"
 
 
-def _fsdp_sharding(s: str) -> str:
-    return {"none": "none", "zero1": "zero2", "zero2": "zero2", "zero3": "fsdp", "fsdp": "fsdp"}[s]
+EXAMPLES_SHARED = Path(__file__).resolve().parents[3] / "shared/data/executor-examples"
+needs_examples = pytest.mark.skipif(not EXAMPLES_SHARED.is_dir(),
+                                    reason=f"the executors' example configs are not at {EXAMPLES_SHARED}")
 
 
-def canonical(plan, target: str, workload) -> dict:
-    """The plan as far as `target`'s config can say it."""
+def placement(plan) -> dict:
+    """What an export says of a plan: GPUs per pool and role, engine TP of the generating pools, layout,
+    mode (zero3 and fsdp are one level in the model: written zero3)."""
     t = plan.train
-    megatron = t.tp > 1 or t.pp > 1
-    if target == "verl":
-        sharding = ("zero1" if t.sharding != "none" else "none") if megatron else _fsdp_sharding(t.sharding)
-        micro = t.micro_batch
-    else:
-        sharding = "zero1" if t.pp > 1 else "fsdp"
-        per_rank = workload.samples_per_step / t.dp
-        micro = max(1, math.ceil(per_rank / max(1, math.ceil(per_rank / t.micro_batch))))
-    pools = sorted((p.pool, p.rollout_engines * p.rollout_tp if p.rollout_gpus else 0, p.train_gpus, p.shared_gpus,
-                    p.rollout_tp if p.rollout_engines else 1) for p in plan.pools if p.used_gpus)
-    mode = plan.execution.mode
-    if mode == "async" and plan.execution.staleness_bound == 0:
-        mode = "disaggregated"  # neither target tells async with bound 0 from synchronous
-    return {"pools": pools, "rollout": plan.rollout.model_dump(), "mode": mode,
-            "k": plan.execution.staleness_bound,
-            "train": dict(t.model_dump(), sharding=sharding, micro_batch=micro,
-                          tp=t.tp, pp=t.pp, dp=t.dp)}
+    return {"pools": sorted((p.pool, p.rollout_gpus, p.train_gpus, p.shared_gpus, p.rollout_tp if p.rollout_engines else 1)
+                            for p in plan.pools if p.used_gpus),
+            "rollout": plan.rollout.model_dump(), "mode": plan.execution.mode, "k": plan.execution.staleness_bound,
+            "chunks": plan.execution.pipeline_chunks, "route": plan.weight_sync.route,
+            "train": dict(t.model_dump(), sharding="zero3" if t.sharding == "fsdp" else t.sharding)}
 
 
-def expressible(plan, target: str, ctx) -> bool:
-    """Plans the target can hold: one rollout TP, whole engines, and (verl) even nodes per role."""
-    _, same = L.rollout_tp(plan)
-    whole = all(p.rollout_gpus % p.rollout_tp == 0 for p in plan.pools)
-    if not (same and whole):
-        return False
-    if target == "verl":
-        nodes = L.nodes(plan, ctx)
-        roles = (L.SHARED,) if plan.execution.mode == "colocated" else (L.ROLLOUT, L.TRAIN)
-        return all(L.uniform(L.per_node(nodes, r)) is not None for r in roles)
-    return True
+ROUND_TRIP = [("verl", c, w) for c, w in (("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"),
+                                          ("mixed-64", "llama3.1-70b-ppo"), ("mixed-8", "qwen2.5-1.5b-grpo"))]
+ROUND_TRIP += [("areal", c, w) for c, w in (("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"),
+                                           ("mixed-8", "qwen2.5-1.5b-grpo"))]
 
 
-def _roundtrip(tmp_path, plan, target, cluster_path, workload_path, ctx):
-    path = tmp_path / f"{target}.yaml"
-    path.write_text(yaml.safe_dump(EXPORTERS[target](plan, ctx)))
-    back, _ = import_plan(target, str(path), [], str(cluster_path), str(workload_path))
-    return back
-
-
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(st.sampled_from(WORKLOADS), st.sampled_from(["verl", "areal"]),
-       st.lists(st.floats(0, 1), min_size=48, max_size=48))
-def test_export_then_import_gives_back_the_plan(tmp_path, workload_path, target, unit):
-    cluster, workload = load_cluster(H100), load_workload(workload_path)
-    pb = PlacementProblem(cluster, workload)
-    u = np.resize(np.array(unit), pb.n_var)
-    plan = pb.decode(pb.layout.repair((pb.xl + u * (pb.xu - pb.xl))[None])[0], lifetime=False)
-    ctx = ExportContext.from_specs(cluster, workload)
-    if not expressible(plan, target, ctx):
-        return  # the exporter's notes say what is lost; nothing to give back
-    back = _roundtrip(tmp_path, plan, target, H100, workload_path, ctx)
-    assert canonical(back, target, workload) == canonical(plan, target, workload)
-    # the imported plan is scored by the model: same layout, same prediction
-    assert back.predicted["throughput_samples_s"] == pytest.approx(
-        pb.evaluate_plans([back])["throughput_samples_s"][0])
+@pytest.mark.slow
+@pytest.mark.parametrize("target,cluster,workload", ROUND_TRIP, ids=[f"{t}-{c}-{w}" for t, c, w in ROUND_TRIP])
+def test_export_then_import_gives_back_every_front_plan(fronts, tmp_path, target, cluster, workload):
+    """Every plan of a front searched for the target: its export (as `mosearch export` writes it, header
+    and all) read back by `mosearch import` is the same placement, knob for knob."""
+    plans, c, w = fronts(target, cluster, workload)
+    ctx = ExportContext.from_specs(c, w)
+    cpath, wpath = front_paths(cluster, workload)
+    for i, plan in enumerate(plans):
+        path = tmp_path / f"{target}-{i}.yaml"
+        path.write_text(render(target, plan, ctx))
+        back, _ = import_plan(target, str(path), [], str(cpath), str(wpath))
+        assert placement(back) == placement(plan), plan.plan_id
+    assert plans
 
 
 def test_hydra_overrides_apply_as_on_the_command_line():
@@ -118,6 +89,120 @@ def test_shipped_example_configs_import_and_score(source, config, overrides, mod
     assert not any("batch is" in w for w in warnings)  # the example's own workload
     if mode == "async":
         assert plan.execution.staleness_bound == 2
+
+
+# The executors' own dense GRPO/PPO examples (verl scripts reduced to their arguments, AReaL YAMLs): what
+# each must read as, from its files: (GPUs rollout, train, shared), (dp, tp, pp), engine TP, mode and
+# staleness, memory share, micro-batch (use_dynamic_bsz: ppo_max_token_len_per_gpu, default 16384, over the
+# longest sample). Workloads only score them (a preset of the example's size whose heads the TPs divide).
+W7, W32, W15 = "qwen2.5-7b-grpo", "qwen2.5-32b-grpo", "qwen2.5-1.5b-grpo"
+VERL_EXAMPLES = {
+    "verl-v0.7.0/grpo_run_qwen2-7b_math.args": (W7, (0, 0, 8), (8, 1, 1), 2, "colocated", 0, 0.6, 16),
+    "verl-v0.7.0/grpo_run_qwen2-7b_math_megatron.args": (W7, (0, 0, 8), (2, 2, 2), 2, "colocated", 0, 0.6, 4),
+    "verl-v0.7.0/grpo_run_qwen2-7b_seq_balance.args": (W7, (0, 0, 8), (8, 1, 1), 2, "colocated", 0, 0.6, 15),
+    "verl-v0.9.0/grpo_run_mistral_nemo_12b_skyworkrm_fsdp.args": (W7, (0, 0, 8), (8, 1, 1), 4, "colocated", 0, 0.7, 10),
+    "verl-v0.9.0/grpo_run_qwen2-7b_math_megatron_fsdp.args": (W7, (0, 0, 8), (2, 4, 1), 4, "colocated", 0, 0.4, 2),
+    "verl-v0.9.0/grpo_run_qwen2_5_32b_fsdp.args": (W32, (0, 0, 16), (16, 1, 1), 8, "colocated", 0, 0.4, 2),
+    "verl-v0.9.0/grpo_run_qwen3_4b_fsdp.args": (W7, (0, 0, 8), (8, 1, 1), 2, "colocated", 0, 0.6, 1),
+    "verl-v0.9.0/grpo_run_qwen3_8b_fsdp.args": (W7, (0, 0, 8), (8, 1, 1), 2, "colocated", 0, 0.6, 8),
+    "verl-v0.9.0/grpo_run_qwen3_8b_megatron.args": (W7, (0, 0, 8), (2, 2, 2), 2, "colocated", 0, 0.6, 8),
+    "verl-v0.9.0/grpo_run_seed_oss_36b_fsdp.args": (W32, (0, 0, 8), (8, 1, 1), 2, "colocated", 0, 0.6, 10),
+    "verl-v0.9.0/ppo_run_qwen3_8b_fsdp.args": (W7, (0, 0, 8), (8, 1, 1), 2, "colocated", 0, 0.6, 8),
+    "verl-v0.9.0/ppo_run_qwen3_8b_megatron.args": (W7, (0, 0, 8), (2, 2, 2), 2, "colocated", 0, 0.6, 8),
+}
+AREAL_EXAMPLES = {
+    "areal-v1.0.4/gsm8k_grpo.yaml": (W15, (4, 4, 0), (4, 1, 1), 1, "async", 2, 0.8),
+    "areal-v1.0.4/gsm8k_grpo_megatron.yaml": (W15, (4, 4, 0), (4, 1, 1), 1, "async", 2, 0.8),
+    "areal-v1.0.4/gsm8k_ppo.yaml": (W15, (4, 4, 0), (4, 1, 1), 1, "async", 2, 0.8),
+    "areal-v1.0.4/gsm8k_ppo_megatron.yaml": (W15, (4, 4, 0), (4, 1, 1), 1, "async", 2, 0.8),
+}
+REFUSED = {
+    "areal-v1.0.4/gsm8k_grpo_lora.yaml": "rollout.use_lora: LoRA trains adapters",
+    "areal-v1.0.4/gsm8k_grpo_megatron_lora.yaml": "rollout.use_lora: LoRA trains adapters",
+    "areal-v1.0.4/gsm8k_grpo_megatron_lora_moe.yaml": "rollout.use_lora: LoRA trains adapters",
+    "areal-v1.0.4/gsm8k_grpo_npu.yaml": "actor.scheduling_spec.env_vars: runs on Ascend NPUs",
+    "areal-v1.0.4/gsm8k_grpo_cpu.yaml": "cluster.n_gpus_per_node: 0: a CPU-only template",
+}
+
+
+def _shape(plan):
+    roles = tuple(sum(getattr(p, f"{r}_gpus") for p in plan.pools) for r in ("rollout", "train", "shared"))
+    rtp = {p.rollout_tp for p in plan.pools if p.rollout_engines}
+    return roles, (plan.train.dp, plan.train.tp, plan.train.pp), rtp
+
+
+@needs_examples
+def test_every_example_is_read_or_refused_in_one_line():
+    listed = {f"{d.name}/{f.name}" for d in EXAMPLES_SHARED.iterdir() if d.is_dir() for f in d.iterdir()}
+    assert listed == set(VERL_EXAMPLES) | set(AREAL_EXAMPLES) | set(REFUSED)
+
+
+@needs_examples
+@pytest.mark.parametrize("name", sorted(VERL_EXAMPLES))
+def test_verl_examples_import_as_they_run(name, capsys):
+    """Run as the script runs main_ppo: its arguments from the file (`@FILE`), --config-name included."""
+    wl, roles, layout, rtp, mode, k, kv, micro = VERL_EXAMPLES[name]
+    workload = ROOT / f"problems/workloads/{wl}.yaml"
+    rc = main(["import", "--from", "verl", f"@{EXAMPLES_SHARED / name}", "--cluster", str(H100),
+               "--workload", str(workload)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("your config: ")
+    args = [a for a in (EXAMPLES_SHARED / name).read_text().splitlines() if a]
+    name_arg = next((a.split("=", 1)[1] for a in args if a.startswith("--config-name=")), None)
+    overrides = [a for a in args if not a.startswith("--")]
+    plan, warnings = import_plan("verl", None, overrides, str(H100), str(workload), config_name=name_arg)
+    assert _shape(plan) == (roles, layout, {rtp})
+    assert (plan.execution.mode, plan.execution.staleness_bound) == (mode, k)
+    assert plan.rollout.kv_mem_frac == kv
+    # the micro-batch per GPU (dynamic batch size: its token cap over the longest sample)
+    assert plan.train.micro_batch == micro
+
+
+@needs_examples
+@pytest.mark.parametrize("name", sorted(AREAL_EXAMPLES))
+def test_areal_examples_import_as_they_run(name):
+    wl, roles, layout, rtp, mode, k, kv = AREAL_EXAMPLES[name]
+    plan, warnings = import_plan("areal", str(EXAMPLES_SHARED / name), [], str(H100),
+                                 str(ROOT / f"problems/workloads/{wl}.yaml"))
+    assert _shape(plan) == (roles, layout, {rtp})
+    assert (plan.execution.mode, plan.execution.staleness_bound) == (mode, k)
+    assert plan.rollout.kv_mem_frac == kv  # SGLang's mem_fraction_static, not vLLM's 0.9
+    assert any("SGLang" in w for w in warnings)
+
+
+@needs_examples
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_variants_the_plans_cannot_express_are_refused_in_one_line(name, capsys):
+    rc = main(["import", "--from", "areal", str(EXAMPLES_SHARED / name), "--cluster", str(H100),
+               "--workload", str(ROOT / f"problems/workloads/{W15}.yaml")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"mosearch: {EXAMPLES_SHARED / name}: {REFUSED[name]}")
+
+
+def test_a_front_of_another_workload_is_refused(tmp_path, capsys):
+    cluster, workload = load_cluster(H100), load_workload(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")
+    pb = PlacementProblem(cluster, workload)
+    X = pb.layout.repair(pb.xl + np.random.default_rng(0).random((10, pb.n_var)) * (pb.xu - pb.xl))
+    from mosearch.results import write_front, write_run_info
+
+    write_front(tmp_path, [pb.decode(x, lifetime=False) for x in X])
+    write_run_info(tmp_path, {"cluster": {"path": str(H100), "sha256": file_sha256(H100)},
+                              "workload": {"path": "problems/workloads/qwen2.5-7b-grpo.yaml",
+                                           "sha256": file_sha256(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")}})
+    other = ROOT / "problems/workloads/qwen2.5-1.5b-grpo.yaml"
+    rc = main(["import", "--from", "areal", str(EXAMPLES / "areal-gsm8k-grpo.yaml"), "--cluster", str(H100),
+               "--workload", str(other), "--front", str(tmp_path), "--out", str(tmp_path / "mine.yaml")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and ": workload: qwen2.5-1.5b-grpo" in err and "is not the workload of the front" in err
+    # the same plan shown against that front: refused the same way
+    assert main(["import", "--from", "areal", str(EXAMPLES / "areal-gsm8k-grpo.yaml"), "--cluster", str(H100),
+                 "--workload", str(other), "--out", str(tmp_path / "mine.yaml")]) == 0
+    capsys.readouterr()
+    assert main(["show", str(tmp_path), "--with", str(tmp_path / "mine.yaml")]) == 2
+    assert "is not the workload of the front" in capsys.readouterr().err
 
 
 def test_import_is_set_against_a_front(tmp_path, capsys):

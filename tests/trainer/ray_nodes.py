@@ -41,7 +41,9 @@ def free_port() -> int:
 
 
 class RayNodes:
-    def __init__(self):
+    def __init__(self, **env):
+        """`env`: extra environment of every node's processes (e.g. Ray's RAY_health_check_* settings)."""
+        self.extra = env
         # short: Ray's unix socket paths under it must stay below ~107 characters
         self.root = Path(tempfile.mkdtemp(prefix="msray-"))
         self.token_file = self.root / "token"
@@ -60,10 +62,11 @@ class RayNodes:
         ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
                  "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
         cmd = [str(RAY), "start", "--block", *args, "--temp-dir", str(self.root / "ray"),
-               "--resources", json.dumps(resources), "--labels", ",".join(f"{k}={v}" for k, v in labels.items()),
+               "--resources", json.dumps(resources),
+               *(["--labels", ",".join(f"{k}={v}" for k, v in labels.items())] if labels else []),
                "--num-cpus", str(num_cpus), "--num-gpus", "0", "--object-store-memory", str(100 * 2**20),
                "--disable-usage-stats", *[x for p in ports for x in (p, str(free_port()))]]
-        env = self.env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file))
+        env = self.env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file), **self.extra)
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
                                     start_new_session=True)

@@ -106,7 +106,11 @@ def test_mixed_plan_lands_on_its_gpu_types_and_regions(cluster, tiny_model, tmp_
         node = nodes[p["node_id"]]
         assert node["resources"].get(f"gpu:{gpu}", 0) >= 1 and node["labels"]["region"] == region, p
         assert p["region"] == region and p["resources"].get(f"gpu:{gpu}") == 1.0, p
-    assert not summary["layout"]["notes"]
+    # the only note: the types are custom resources on nodes without GPUs (flagged, predicted for the CPU)
+    assert summary["layout"]["device"] == "cpu" and summary["layout"]["notes"] == [
+        "CPU run: the cluster's GPU types (A100-80G, H100, L4) are Ray custom resources on nodes without GPUs; "
+        "all work runs on the CPU, and is predicted for this machine's CPU profile"]
+    assert "CPU run (A100-80G, H100, L4 are Ray custom resources on nodes without GPUs)" in proc.stdout
     # as it found it: no placement group left, every resource free again
     assert _reservable(before["available"]) == {"CPU": 8, "gpu:H100": 1, "gpu:L4": 1, "gpu:A100-80G": 2}
     after = _wait_free(cluster, before)
@@ -127,7 +131,8 @@ def test_missing_token_is_one_line(cluster, tmp_path):
     assert _one_line(proc) == (
         f"mosearch: RAY_ADDRESS: the Ray cluster at {cluster.address} requires a token and none was found "
         "(set RAY_AUTH_TOKEN to it, or RAY_AUTH_TOKEN_PATH to a file holding it, or put it in ~/.ray/auth_token; "
-        "`ray get-auth-token` on the head prints it)")
+        "`ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN the head was started "
+        "with)")
 
 
 def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
@@ -142,7 +147,8 @@ def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
         check(cluster.address)
     assert err.value.line() == (
         f"RAY_ADDRESS: the Ray cluster at {cluster.address} refused the token from RAY_AUTH_TOKEN "
-        "(use that cluster's token: `ray get-auth-token` on the head prints it)")
+        "(use that cluster's token: `ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or "
+        "RAY_AUTH_TOKEN the head was started with)")
     monkeypatch.delenv("RAY_AUTH_TOKEN")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(cluster.token_file))
     assert check(cluster.address) is True  # the right token: the cluster wants it, and takes it
@@ -152,7 +158,8 @@ def test_wrong_token_and_disabled_auth_are_one_line(cluster, monkeypatch):
     assert err.value.line() == (
         f"RAY_ADDRESS: the Ray cluster at {cluster.address} requires a token but RAY_AUTH_MODE=disabled "
         "(unset RAY_AUTH_MODE and set RAY_AUTH_TOKEN to it, or RAY_AUTH_TOKEN_PATH to a file holding it, or put it "
-        "in ~/.ray/auth_token; `ray get-auth-token` on the head prints it)")
+        "in ~/.ray/auth_token; `ray get-auth-token` prints it, run with the RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN "
+        "the head was started with)")
 
 
 def test_gpu_types_absent_is_one_line(cluster, tmp_path):

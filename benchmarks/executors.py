@@ -1,0 +1,181 @@
+"""Fronts a team can run: per executor and case, the plans its own start-up code accepts as planned, and
+the throughput its rules cost.
+
+For each case (cluster x workload) it searches the unrestricted front (`mosearch plan`) and one front
+per executor (`mosearch plan --executor verl|areal|rlinf`) with the same seed and budget, then:
+- accepted / total: the plans of the front (front.csv) whose export the executor's start-up code starts
+  asking for exactly the plan's GPUs, DP, TP/PP, critic layout and engines (tests/export/targets.py:
+  verl 0.9.1's hydra compose + validate_config + dataclasses + v1 trainer __init__ +
+  _init_resource_pool_mgr; AReaL 1.0.4's config load, _validate_cfg, scheduler colocation rule,
+  allocation parsers and distributed-launcher check; RLinf 0.3.0's config checks and placement);
+- the same for the unrestricted front exported to that executor (what a user got before);
+- the throughput cost of the rules: the fastest plan of the executor's front against the unrestricted
+  front's (same search, same budget), and the structured stage's fastest with and without the rules
+  (what `mosearch plan --executor` prints).
+Figures are the performance model's predictions for GPU clusters, not measurements.
+
+Usage: python benchmarks/executors.py [--evals 3000] [--out results/bench/executors.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+SHIPPED = [("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"), ("mixed-64", "llama3.1-70b-ppo"),
+           ("mixed-8", "qwen2.5-1.5b-grpo")]
+# written for this benchmark (benchmarks/clusters/exec-*.yaml); no rule was tuned on them
+NEW = [("exec-h200-l40s-2region", "qwen2.5-7b-grpo"), ("exec-a100-uneven-nodes", "qwen2.5-7b-grpo"),
+       ("exec-h100-a10g-3region", "qwen2.5-32b-grpo")]
+EXECUTORS = ("verl", "areal", "rlinf")
+
+
+def _cluster_path(name: str) -> Path:
+    p = ROOT / f"problems/clusters/{name}.yaml"
+    return p if p.is_file() else HERE / f"clusters/{name}.yaml"
+
+
+def _search(cluster: Path, workload: Path, out: Path, executor: str, evals: int):
+    from mosearch.planner.run import plan_run
+    from mosearch.planner.search import SearchSettings
+    from problems.errors import NoFeasiblePlan
+
+    try:
+        res = plan_run(str(cluster), str(workload), out, SearchSettings(evals=evals, seed=1, progress=False),
+                       report=False, executor=None if executor == "mosearch" else executor)
+    except NoFeasiblePlan as err:
+        return None, str(err.problem)
+    return res, None
+
+
+def _accepted(executor: str, plans, ctx, workload, model_path) -> tuple[int, str]:
+    from tests.export.targets import check_areal, check_rlinf, check_verl
+
+    ok, first = 0, ""
+    for plan in plans:
+        try:
+            if executor == "verl":
+                check_verl(plan, ctx, workload, model_path)
+            elif executor == "areal":
+                check_areal(plan, ctx, workload)
+            else:
+                check_rlinf(plan, ctx, workload)
+            ok += 1
+        except Exception as err:  # a refusal, or asking for other GPUs / layout than planned
+            first = first or f"{type(err).__name__}: {(str(err).splitlines() or ['(no message)'])[0][:110]}"
+    return ok, first
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--evals", type=int, default=3000)
+    ap.add_argument("--out", default="results/bench/executors.md")
+    args = ap.parse_args()
+
+    from mosearch.export import ExportContext
+    from problems.placement.specs import load_cluster, load_workload
+    from trainer.models.tiny import build_tiny
+
+    t0 = time.time()
+    tmp = Path(tempfile.mkdtemp(prefix="exec-bench-"))
+    model_path = str(build_tiny(tmp / "tiny"))  # verl reads the critic's HF config: a local stand-in
+    rows, notes = [], []
+    for cluster_name, wl in SHIPPED + NEW:
+        cpath, wpath = _cluster_path(cluster_name), ROOT / f"problems/workloads/{wl}.yaml"
+        c, w = load_cluster(cpath), load_workload(wpath)
+        ctx = ExportContext.from_specs(c, w)
+        free, why = _search(cpath, wpath, tmp / f"{cluster_name}-{wl}-free", "mosearch", args.evals)
+        free_plans = [free.plans[i] for i in free.front] if free else []
+        free_best = max((p.predicted["throughput_samples_s"] for p in free_plans), default=0.0)
+        for ex in EXECUTORS:
+            res, why = _search(cpath, wpath, tmp / f"{cluster_name}-{wl}-{ex}", ex, args.evals)
+            plans = [res.plans[i] for i in res.front] if res else []
+            ok, first = _accepted(ex, plans, ctx, w, model_path)
+            before, before_why = _accepted(ex, free_plans, ctx, w, model_path)
+            best = max((p.predicted["throughput_samples_s"] for p in plans), default=0.0)
+            r = res.restriction if res else None
+            rows.append({
+                "executor": ex, "case": f"{cluster_name} x {wl}", "new": (cluster_name, wl) in NEW,
+                "accepted": ok, "total": len(plans), "before": before, "before_total": len(free_plans),
+                "best": best, "free_best": free_best,
+                "cost": 1 - best / free_best if free_best > 0 else float("nan"),
+                "stage": r, "why": why, "first": first, "before_why": before_why,
+            })
+            print(f"{ex:6s} {cluster_name} x {wl}: accepted {ok}/{len(plans)} (unrestricted front {before}/"
+                  f"{len(free_plans)}), best {best:.3g} vs {free_best:.3g} samples/s", flush=True)
+    wall = time.time() - t0
+    write_table(rows, args, wall)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if x else "-"
+
+
+def write_table(rows: list[dict], args, wall: float) -> None:
+    load = os.getloadavg()
+    lines = [
+        "# Fronts a team can run: executors' start-up code on every front plan, and what their rules cost",
+        "",
+        f"Regenerate with `python benchmarks/executors.py --evals {args.evals} --out {args.out}` "
+        f"({wall:.0f} s on a shared 2-core machine, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; "
+        f"x86_64, Python {platform.python_version()}).",
+        "",
+        f"- Fronts: `mosearch plan` with `--evals {args.evals} --seed 1` (plus its structured stage), unrestricted and "
+        "with `--executor`; every plan of front.csv is exported (`mosearch export`'s exporters) and started by the "
+        "executor's own code (tests/export/targets.py): verl 0.9.1 (hydra compose with the export as overrides, "
+        "validate_config, actor/rollout/critic dataclasses, the v1 trainer's __init__ and _init_resource_pool_mgr), "
+        "AReaL 1.0.4 (config load, PPOTrainer._validate_cfg, LocalScheduler's colocation rule, allocation parsers, "
+        "validate_config_for_distributed_launcher), RLinf 0.3.0 (ClusterConfig, validate_reasoning_cfg, FSDP "
+        "checks, ModelParallelComponentPlacement and every component's placement on the plan's nodes). "
+        "Accepted = started, asking for exactly the plan's GPUs per node, DP, TP/PP, critic layout and engines.",
+        "- `unrestricted`: the unrestricted front's plans exported to that executor (what a user got before).",
+        "- Cost: 1 - (fastest plan of the executor's front) / (fastest of the unrestricted front), same search and "
+        "budget; `stage` is what `mosearch plan --executor` prints: the structured stage's fastest plan with / "
+        "without the rules. Throughputs are the performance model's predictions (samples/s), not measurements.",
+        "- Clusters marked * were written for this benchmark (benchmarks/clusters/exec-*.yaml); no rule was tuned "
+        "on them.",
+        "",
+        "| executor | case | accepted as planned | unrestricted front accepted | fastest, executor front | fastest, "
+        "unrestricted | throughput cost | stage: with / without rules |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        st = r["stage"]
+        stage = f"{_fmt(st['restricted'])} / {_fmt(st['unrestricted'])}" if st else "-"
+        acc = f"{r['accepted']}/{r['total']}" if r["total"] else "no plan"
+        cost = f"{100 * r['cost']:.1f}%" if r["total"] and r["free_best"] else ("100%" if r["free_best"] else "-")
+        lines.append(f"| {r['executor']} | {r['case']}{' *' if r['new'] else ''} | {acc} | "
+                     f"{r['before']}/{r['before_total']} | {_fmt(r['best'])} | {_fmt(r['free_best'])} | {cost} | {stage} |")
+    lines.append("")
+    for ex in EXECUTORS:
+        mine = [r for r in rows if r["executor"] == ex]
+        a, t = sum(r["accepted"] for r in mine), sum(r["total"] for r in mine)
+        b, bt = sum(r["before"] for r in mine), sum(r["before_total"] for r in mine)
+        costs = [r["cost"] for r in mine if r["total"] and r["free_best"]]
+        lines.append(f"- {ex}: {a}/{t} front plans accepted as planned ({100 * a / max(t, 1):.0f}%); the unrestricted "
+                     f"fronts' plans {b}/{bt} ({100 * b / max(bt, 1):.0f}%); throughput cost median "
+                     f"{100 * sorted(costs)[len(costs) // 2]:.1f}% over the cases with a front" if costs else
+                     f"- {ex}: {a}/{t} accepted")
+    empty = [r for r in rows if not r["total"]]
+    for r in empty:
+        lines.append(f"- {r['executor']} x {r['case']}: no front: {r['why']}")
+    firsts = sorted({(r["executor"], r["before_why"]) for r in rows if r["before_why"]})
+    if firsts:
+        lines.append("- Why unrestricted plans fail (first refusal per executor and case, as the executor says it):")
+        lines += [f"  - {ex}: {why}" for ex, why in firsts[:12]]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
