@@ -22,14 +22,23 @@ junk = st.one_of(st.none(), st.booleans(), st.integers(-5, 100), st.floats(-2, 2
                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 
 
+TARGETS = ("verl", "areal", "rlinf")
+
+
 @pytest.fixture(scope="module")
 def valid_plans(repo_root, tmp_path_factory):
-    """A few real plans decoded from mixed-64, with spec paths that resolve from any directory."""
-    problem = PlacementProblem.from_files(repo_root / "problems/clusters/mixed-64.yaml",
-                                          repo_root / "problems/workloads/qwen2.5-7b-grpo.yaml")
-    rng = np.random.default_rng(0)
-    X = rng.uniform(problem.xl, problem.xu, (6, problem.n_var))
-    return [problem.decode(x).model_dump(mode="json") for x in X]
+    """Real plans decoded from mixed-64 for each export target (repaired to its rules, and kept only
+    where its rules hold, as `mosearch plan --executor` would), with spec paths that resolve from any
+    directory."""
+    out = {}
+    for target in TARGETS:
+        problem = PlacementProblem.from_files(repo_root / "problems/clusters/mixed-64.yaml",
+                                              repo_root / "problems/workloads/qwen2.5-7b-grpo.yaml", executor=target)
+        rng = np.random.default_rng(0)
+        plans = [problem.decode(x) for x in rng.uniform(problem.xl, problem.xu, (60, problem.n_var))]
+        out[target] = [p.model_dump(mode="json") for p in plans if problem.executor_problem(p) is None][:6]
+        assert len(out[target]) >= 3, target
+    return out
 
 
 def _paths(d: dict) -> list[list]:
@@ -48,7 +57,8 @@ OUTCOMES: dict[int, int] = {}
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_generated_plans_export_or_fail_in_one_line(tmp_path, capsys, valid_plans, data):
-    plan = copy.deepcopy(data.draw(st.sampled_from(valid_plans)))
+    target = data.draw(st.sampled_from(TARGETS))
+    plan = copy.deepcopy(data.draw(st.sampled_from(valid_plans[target])))
     for _ in range(data.draw(st.integers(0, 3))):  # 0 mutations: the plan must export
         path = data.draw(st.sampled_from(_paths(plan)))
         parent = plan
@@ -61,7 +71,7 @@ def test_generated_plans_export_or_fail_in_one_line(tmp_path, capsys, valid_plan
     raw = data.draw(st.sampled_from([None, "", "[", "plan: {", "- 1\n- 2"]))
     file = tmp_path / "plan.yaml"
     file.write_text(yaml.safe_dump(plan) if raw is None else raw)
-    code = main(["export", str(file), "--to", data.draw(st.sampled_from(["verl", "areal", "rlinf"]))])
+    code = main(["export", str(file), "--to", target])
     out, err = capsys.readouterr()
     OUTCOMES[code] = OUTCOMES.get(code, 0) + 1
     assert code in (0, 2)
@@ -76,12 +86,14 @@ def test_generated_plans_cover_both_outcomes():
     assert OUTCOMES.get(0, 0) >= 5 and OUTCOMES.get(2, 0) >= 5, OUTCOMES
 
 
-def test_unmodified_plans_export(tmp_path, capsys, valid_plans):
-    for i, plan in enumerate(valid_plans):
+@pytest.mark.parametrize("target", TARGETS)
+def test_unmodified_plans_export(tmp_path, capsys, valid_plans, target):
+    for i, plan in enumerate(valid_plans[target]):
         file = tmp_path / f"p{i}.yaml"
         file.write_text(yaml.safe_dump(plan))
-        assert main(["export", str(file), "--to", "verl"]) == 0
-    assert "use_v1: true" in capsys.readouterr().out  # verl 0.9.1 v1 trainer config
+        assert main(["export", str(file), "--to", target]) == 0, capsys.readouterr().err
+    if target == "verl":
+        assert "use_v1: true" in capsys.readouterr().out  # verl 0.9.1 v1 trainer config
 
 
 @pytest.mark.parametrize("text,key", [
