@@ -265,7 +265,7 @@ RL_ASSUMED = dict(prompt_len=150, prompts=64, group=32, kv_mem_frac=0.6, max_num
 def rl_predictions(tmp: Path) -> list[dict]:
     import yaml
 
-    from problems.placement.encoding import MODES, SHARDINGS
+    from problems.placement.names import MODES, SHARDINGS
     from problems.placement.predict import predict_plan
     from problems.placement.problem import PlacementProblem
 

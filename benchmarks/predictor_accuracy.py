@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from problems.atomic import atomic_write_text  # noqa: E402
 from problems.placement import PlacementProblem  # noqa: E402
-from problems.placement.encoding import MODES, SHARDINGS  # noqa: E402
+from problems.placement.names import MODES, SHARDINGS  # noqa: E402
 from problems.placement.profile import RUN_FITTED  # noqa: E402
 
 WORKLOAD = REPO / "problems" / "workloads" / "tiny-grpo.yaml"

@@ -48,7 +48,7 @@ def load(path: Path) -> list[dict]:
 
 
 def _plan_vector(prob: PlacementProblem, r: dict) -> np.ndarray:
-    from problems.placement.encoding import MODES, SHARDINGS
+    from problems.placement.names import MODES, SHARDINGS
 
     lay = prob.layout
     P = lay.n_pools

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from problems.placement.encoding import SHARDINGS
+from problems.placement.names import SHARDINGS
 
 KV_GRID = (0.5, 0.7, 0.9)
 SEQS_GRID = (4, 5, 6, 7, 8, 9, 10)  # log2 max_num_seqs: 16..1024

@@ -27,30 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from problems.pareto import epsilon_front as _epsilon_front
+from problems.placement.names import OBJECTIVE_COLUMNS, OBJECTIVE_NAMES
+from problems.placement.names import OBJECTIVES as _OBJECTIVES
 from problems.pareto import non_dominated
 
-# name used on the command line -> column in front.csv
-OBJECTIVES = {
-    "throughput": "throughput_samples_s",
-    "cost": "cost_usd_h",
-    "memory": "peak_mem_frac",
-    "staleness": "staleness",
-}
-NAMES = tuple(OBJECTIVES)
-COLUMNS = tuple(OBJECTIVES.values())
-# +1: minimise as is; -1: maximise
-SENSE = np.array([-1.0, 1.0, 1.0, 1.0])
-
-# Resolution per objective: the differences a person decides at. Throughput and cost: 5%
-# relative, half the model's error after calibration (leave-one-out 9.0% on step time, 10.3% on
-# samples/s, results/bench/predictor_accuracy.md), so plans closer than that are not told apart.
-# Memory: 0.15 of a GPU's capacity; a front's spread in peak memory is mostly vLLM's memory
-# setting (searched over 0.30-0.95). Staleness: one policy version. Memory and staleness were set
-# with the 5% so that the default front stays at ~60 plans or fewer on the shipped clusters and
-# three mixed clusters of our own (benchmarks/front_size.py, results/bench/front_size.md); the
-# finer first choice (2%, 2%, 0.05, 0.25) gave 51-159 plans there.
-RESOLUTION = np.array([0.05, 0.05, 0.15, 1.0])
-RELATIVE = np.array([True, True, False, False])  # resolution as a share of the value, else absolute
+# the objectives' registry (problems/placement/names.py), as arrays in its order
+OBJECTIVES = {o.name: o.column for o in _OBJECTIVES}  # name on the command line -> column in front.csv
+NAMES = OBJECTIVE_NAMES
+COLUMNS = OBJECTIVE_COLUMNS
+SENSE = np.array([o.sense for o in _OBJECTIVES])  # +1: minimise as is; -1: maximise
+# the differences a person decides at (the registry says why these)
+RESOLUTION = np.array([o.resolution for o in _OBJECTIVES])
+RELATIVE = np.array([o.relative for o in _OBJECTIVES])  # resolution as a share of the value, else absolute
 
 # Augmentation of the achievement function: a small multiple of the weighted sum breaks ties
 # between weakly Pareto-optimal points (Wierzbicki's augmented ASF; Miettinen 1999, sec. 3.5).

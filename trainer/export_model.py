@@ -19,6 +19,7 @@ import socket
 from pathlib import Path
 
 from problems.errors import InputError
+from problems.placement.names import params_sharded_by
 from trainer import checkpoint as ckpt
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -81,8 +82,7 @@ def merged_state(path: Path, layout: dict, work: Path) -> dict:
     import torch
 
     state_file = path / "state.pt"
-    whole = layout["tp"] == layout["pp"] == 1 and (layout["sharding"] not in ("zero3", "fsdp")
-                                                    or layout["world"] == 1)
+    whole = layout["tp"] == layout["pp"] == 1 and not params_sharded_by(layout["sharding"], layout["world"])
     if layout["files"] == 1 or whole:  # rank 0 holds every weight (ZeRO-1/2 shard only the optimizer)
         return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
     missing = [r for r in range(1, layout["world"]) if not (path / f"state.rank{r}.pt").is_file()]

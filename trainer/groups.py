@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from problems.placement.names import PARAM_SHARDINGS, params_sharded_by
 from trainer import placement as P
 from trainer.batch import Sample, split
 
@@ -187,7 +188,7 @@ class TrainGroup:
         lay = self.layout
         shards = split(samples, lay.replica_weights)
         n_micro = [max(1, -(-len(sh) // micro_batch)) for sh in shards]  # as the model counts them, per replica
-        if lay.sharding in ("zero3", "fsdp"):  # FSDP's all-gathers need the same number of passes on every rank
+        if lay.sharding in PARAM_SHARDINGS:  # FSDP's all-gathers need the same number of passes on every rank
             n_micro = [max(n_micro)] * lay.dp
         return [a.accumulate.remote(shards[self.replica(r)], n_global, n_micro[self.replica(r)], last)
                 for r, a in enumerate(self.actors)]
@@ -225,7 +226,7 @@ class TrainGroup:
     def sharded(self) -> bool:
         """True when no single rank holds the whole model (TP/PP cut or FSDP)."""
         lay = self.layout
-        return lay.tp > 1 or lay.pp > 1 or (lay.sharding in ("zero3", "fsdp") and lay.dp > 1)
+        return lay.tp > 1 or lay.pp > 1 or params_sharded_by(lay.sharding, lay.dp)
 
     def state_ref(self):
         """A ref to the full model state (rank 0's): gathering a cut or sharded model is a collective

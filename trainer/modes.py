@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from problems.placement.names import ASYNC, COLOCATED, DISAGGREGATED, MODES  # noqa: F401  (the plan's modes)
 from trainer.batch import Sample
 from trainer.groups import Chunk, RolloutGroup, TrainGroup
 from trainer.timing import StepTimes
 
-COLOCATED, DISAGGREGATED, ASYNC = "colocated", "disaggregated", "async"
-MODES = (COLOCATED, DISAGGREGATED, ASYNC)
 TRAIN, ROLLOUT = "train", "rollout"  # the phases a colocated switch hands the devices to
 
 

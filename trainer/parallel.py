@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import torch
 
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from problems.errors import InputError
+from problems.placement.names import COLOCATED, params_sharded_by
 from problems.placement.plan import Plan
 
 LOCAL_GPU = "cpu-local"
@@ -204,7 +205,7 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
                          f"this machine has {found.describe()}", "a plan made for this cluster, or --emulate to run it scaled down here")
     emulated = bool(missing)
     notes: list[str] = []
-    colocated = plan.execution.mode == "colocated"
+    colocated = plan.execution.mode == COLOCATED
     engines = [EngineSpec(p.pool, p.gpu, p.rollout_tp, colocated) for p in plan.pools for _ in range(p.rollout_engines)]
     ranks = [p.pool for p in plan.pools for _ in range((p.train_gpus + p.shared_gpus) // (plan.train.tp * plan.train.pp))]
     pool_regions = {p.pool: p.region for p in plan.pools} if found.regions and not emulated else {}
@@ -220,7 +221,7 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
         engines = [EngineSpec(e.pool, e.gpu, 1 if e.tp > cores else e.tp, e.shared) for e in engines]
     tp, pp = plan.train.tp, plan.train.pp
     t = plan.train
-    if found.cuda and t.optimizer_offload and not (t.sharding in ("zero3", "fsdp") and plan.train.dp > 1):
+    if found.cuda and t.optimizer_offload and not params_sharded_by(t.sharding, plan.train.dp):
         notes.append(f"optimizer_offload with sharding={t.sharding}: the optimizer state stays on the GPU "
                      "(offload is implemented through FSDP2, sharding zero3/fsdp with dp > 1)")
     if found.ray_address and not found.cuda and not emulated:

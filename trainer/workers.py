@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from problems.placement.names import params_sharded_by
 from trainer import algorithms as A
 from trainer import parallel as PL
 from trainer import weight_sync as WS
@@ -75,7 +76,7 @@ class TrainWorker(WorkerState):
         else:
             self.module = self.model = module
             self._names = {k: k for k in module.state_dict()}
-        self.fsdp = sharding in ("zero3", "fsdp") and self.dp > 1
+        self.fsdp = params_sharded_by(sharding, self.dp)
         if self.fsdp:
             PL.shard(self.model, self.model.layers if pp > 1 else self.model.model.layers, self.g.dp_mesh,
                      cuda_offload=optimizer_offload and self.device.type == "cuda")

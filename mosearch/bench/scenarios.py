@@ -25,7 +25,7 @@ from mosearch.planner import algorithms as planner_algorithms
 from mosearch.planner import seeding
 from mosearch.planner.archive import Archive
 from mosearch.planner.hv import HVScale, scale_for
-from problems.placement.problem import PlacementProblem
+from problems.placement.problem import PlacementProblem, objectives
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ("mixed-8", "mixed-64", "hetero-1024", "h100-64")
@@ -202,7 +202,7 @@ def _grid(bp: BudgetProblem, budget: int, seed: int) -> seeding.Corners:
     corners = seeding.Corners(bp.inner, seed=seed, max_n=grid)
     r = bp.inner.evaluate_matrix(corners.X)
     G = bp.inner._constraints(r)
-    F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+    F = objectives(r)
     bp.record(corners.X, F, G)
     return corners
 

@@ -15,6 +15,7 @@ import argparse
 import json
 
 from problems.errors import InputError
+from problems.placement.names import SHARDINGS
 
 JOB_FLAGS = ("model", "precision", "attention", "seq_len", "global_batch", "micro_batch", "dp", "tp", "pp",
              "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave")
@@ -53,7 +54,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--gpus-per-node", type=int)
     g.add_argument("--inter-node-gbs", help="per-node network bandwidth, GB/s: one figure, or per GPU type "
                                             "('H100=400,RTX-4090=1.25': a network per node group)")
-    g.add_argument("--sharding", choices=["none", "zero1", "zero2", "zero3", "fsdp"])
+    g.add_argument("--sharding", choices=SHARDINGS)
     g.add_argument("--recompute", nargs="?", const="full", choices=["full", "selective-op"],
                    help="activation recomputation: full (the default when given alone) or selective-op "
                         "(torchtitan's selective op checkpointing)")

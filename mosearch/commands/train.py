@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from problems.errors import InputError
+from problems.placement.names import ASYNC
 
 
 def add_parser(subparsers) -> None:
@@ -211,7 +212,7 @@ def comparison_table(summary: dict, predicted: dict, extra: list[tuple] = ()) ->
     generation time (the busiest engine's per step). `extra`: more (label, predicted, measured)."""
     meas = summary.get("measured", {})
     rows = [(label, predicted.get(p), meas.get(m)) for label, p, m in ROWS]
-    if summary.get("mode") == "async":  # the phases the driver times are waits: compare the work itself
+    if summary.get("mode") == ASYNC:  # the phases the driver times are waits: compare the work itself
         sync = [meas.get(f"sync_{k}_s") for k in ("gather", "transfer", "load")]
         swap = {"rollout_s": ("rollout_s (generation)", meas.get("rollout_gen_s")),
                 "sync_s": ("sync_s (gather+send+load)", sum(sync) if None not in sync else None)}

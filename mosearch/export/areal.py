@@ -11,6 +11,7 @@ import math
 from problems.placement.plan import Plan
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
+from problems.placement.names import ASYNC, COLOCATED
 
 
 def _train_backend(plan: Plan) -> str:
@@ -47,7 +48,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     mode = plan.execution.mode
     t = plan.train
     rollout_backend, train_backend = _rollout_backend(plan), _train_backend(plan)
-    colocated = mode == "colocated"
+    colocated = mode == COLOCATED
     beside_actor = {"type": "colocation", "target": "actor"}
     actor: dict = {
         "backend": train_backend,
@@ -56,7 +57,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         # offload during the step has no AReaL key, so the executor rules leave it off
         "offload": False,
         # decoupled PPO objective (behaviour vs proximal policy) corrects stale samples
-        "use_decoupled_loss": mode == "async",
+        "use_decoupled_loss": mode == ASYNC,
         "recompute_logprob": True,
     }
     if colocated:
@@ -130,7 +131,7 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
                    "used one is emitted and d is the total engine count.")
     if plan.weight_sync.route == "staged":
         out.append("weight_sync route 'staged' has no AReaL key.")
-    if plan.execution.mode != "colocated" and plan.execution.pipeline_chunks > 1:
+    if plan.execution.mode != COLOCATED and plan.execution.pipeline_chunks > 1:
         out.append(f"pipeline_chunks {plan.execution.pipeline_chunks} (streaming the step's batch) has no AReaL "
                    "key; one optimizer step per step is kept (ppo_n_minibatches 1).")
     if not ctx.has_workload:

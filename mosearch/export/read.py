@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from problems.errors import InputError
 from problems.placement.plan import Plan, SpecRef
 from problems.specio import validation_error
+from problems.placement.names import COLOCATED
 
 
 @dataclass(frozen=True)
@@ -350,7 +351,7 @@ def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, pl
                 raise InputError(file, "layout", f"pool {pid!r} is not in cluster {cluster.name}",
                                  "the cluster the config was exported for")
             roles[pid] = dict(r)
-    elif shape.mode == "colocated":
+    elif shape.mode == COLOCATED:
         take(shape.train_gpus, rollout_on or train_on or order, "shared_gpus", "trainer.nnodes")
     else:
         take(shape.rollout_gpus, rollout_on or order, "rollout_gpus", "rollout GPUs")

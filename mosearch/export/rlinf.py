@@ -9,6 +9,7 @@ from __future__ import annotations
 from problems.placement.plan import Plan
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
+from problems.placement.names import ASYNC, COLOCATED
 
 # torch FSDP sharding strategies by the plan's sharding level
 _FSDP_SHARDING = {"none": "no_shard", "zero1": "shard_grad_op", "zero2": "shard_grad_op",
@@ -41,7 +42,7 @@ def _node_groups(nodes: list[L.Node]) -> list[dict]:
 
 def _model(plan: Plan, ctx: ExportContext) -> dict:
     """The actor's (and critic's) training block."""
-    t, colocated = plan.train, plan.execution.mode == "colocated"
+    t, colocated = plan.train, plan.execution.mode == COLOCATED
     if megatron(plan, ctx):
         return {
             "training_backend": "megatron",
@@ -123,14 +124,14 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     nodes = L.nodes(plan, ctx)
     out = ["start Ray on node i with RLINF_NODE_RANK=i, i as in the layout above; GPU indices count every "
            "GPU of each node in that order."]
-    for role in (L.SHARED,) if plan.execution.mode == "colocated" else (L.ROLLOUT, L.TRAIN):
+    for role in (L.SHARED,) if plan.execution.mode == COLOCATED else (L.ROLLOUT, L.TRAIN):
         if not L.contiguous(L.gpu_indices(nodes, role)):
             out.append(f"{role} GPUs are not one contiguous range; RLinf's reasoning placement "
                        "(ModelParallelComponentPlacement) requires that and will refuse this layout.")
     _, same = L.rollout_tp(plan)
     if not same:
         out.append("pools use different rollout TP sizes; RLinf takes one: the most used one is emitted.")
-    if plan.execution.mode == "async":
+    if plan.execution.mode == ASYNC:
         out.append("algorithm.staleness_threshold is read by RLinf's async PPO workers (embodied runner); "
                    "its reasoning runner is synchronous, so check your runner supports it.")
     if plan.train.optimizer_offload and plan.train.tp == 1 and plan.train.pp == 1:

@@ -8,6 +8,7 @@ with where verl defines them.
 
 from __future__ import annotations
 
+from problems.placement.names import ASYNC, COLOCATED, DISAGGREGATED, PARAM_SHARDINGS
 from problems.placement.plan import Plan
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
@@ -58,7 +59,7 @@ def _engine(plan: Plan) -> tuple[dict, dict]:
         # fsdp_size 1 = no sharding (plain data parallel replicas); -1 = shard over all ranks
         "fsdp_size": 1 if t.sharding == "none" else -1,
         # ZeRO-2 keeps gathered parameters after forward; ZeRO-3/FSDP reshards them
-        "reshard_after_forward": t.sharding in ("zero3", "fsdp"),
+        "reshard_after_forward": t.sharding in PARAM_SHARDINGS,
         "param_offload": False,
         "optimizer_offload": False,
     }, {}
@@ -104,7 +105,7 @@ def _critic_block(plan: Plan) -> dict:
 
 def _rollout_block(plan: Plan, ctx: ExportContext, nodes: list[L.Node]) -> dict:
     tp, _ = L.rollout_tp(plan)
-    colocated = plan.execution.mode == "colocated"
+    colocated = plan.execution.mode == COLOCATED
     r: dict = {
         "name": "vllm",
         "mode": "async",
@@ -136,7 +137,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     ctx = ctx or ExportContext()
     nodes = L.nodes(plan, ctx)
     mode = plan.execution.mode
-    colocated = mode == "colocated"
+    colocated = mode == COLOCATED
     cfg: dict = {}
     if ctx.algorithm is not None:
         ppo = ctx.algorithm == "ppo"
@@ -191,7 +192,7 @@ def refusals(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
 
 
 def _pool_roles(mode: str) -> dict[str, str]:
-    if mode == "colocated":
+    if mode == COLOCATED:
         return {"trainer (actor + rollout)": L.SHARED}
     return {"actor_rollout_ref.rollout (standalone rollout)": L.ROLLOUT, "trainer (actor)": L.TRAIN}
 
@@ -202,11 +203,11 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     out = [f"merge into verl 0.9.1's {config_name(plan)} config (--config-name {config_name(plan)})."]
     out += refusals(plan, ctx)
     mode = plan.execution.mode
-    if mode == "disaggregated" or (mode == "async" and plan.execution.staleness_bound == 0):
+    if mode == DISAGGREGATED or (mode == ASYNC and plan.execution.staleness_bound == 0):
         out.append("verl's v1 trainer has no synchronous mode on separate rollout GPUs: this is separate_async "
                    "with max_off_policy_threshold 1 (a trajectory may span one policy version), which drops "
                    "samples that cross a weight update instead of waiting; the plan does not model that loss.")
-    if mode != "colocated" and plan.execution.pipeline_chunks > 1:
+    if mode != COLOCATED and plan.execution.pipeline_chunks > 1:
         out.append(f"pipeline_chunks {plan.execution.pipeline_chunks} (streaming the step's batch to training) has "
                    "no verl key: separate_async streams finished trajectories into its replay buffer and trains "
                    "once the step's batch is there; one optimizer step per plan step is kept.")
@@ -216,7 +217,7 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
                           for name, role in _pool_roles(mode).items())
         out.append("verl sizes its pools by GPU count and cannot name a GPU type (Ray places them); start Ray so "
                    f"that {where} (e.g. one Ray cluster per role, or custom resources with a patched pool).")
-    for role in ((L.SHARED,) if mode == "colocated" else (L.TRAIN, L.ROLLOUT)):
+    for role in ((L.SHARED,) if mode == COLOCATED else (L.TRAIN, L.ROLLOUT)):
         counts = L.per_node(nodes, role)
         if L.uniform(counts) is None:
             out.append(f"{role} GPUs per node are uneven {counts}: verl's nnodes x n_gpus_per_node cannot express "

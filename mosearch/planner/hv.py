@@ -14,6 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from pymoo.indicators.hv import HV
 
+from problems.placement.names import OBJECTIVES
+
+SENSE = np.array([o.sense for o in OBJECTIVES])
+
 REF = 1.1
 
 
@@ -23,15 +27,18 @@ class HVScale:
     cost: float  # $/h that maps to 1
     staleness: float  # version lag that maps to 1
 
+    def by_column(self) -> dict[str, float]:
+        """The scale of each objective, by its column (memory is already a fraction)."""
+        return {"throughput_samples_s": float(self.throughput), "cost_usd_h": float(self.cost), "peak_mem_frac": 1.0,
+                "staleness": float(self.staleness)}
+
     def normalise(self, M: np.ndarray) -> np.ndarray:
-        """Minimised objectives [-throughput, cost, memory, staleness] -> normalised."""
+        """Minimised objectives (problem.OBJECTIVES order) -> normalised: a maximised objective x as
+        1 - x / scale, a minimised one as x / scale."""
         M = np.atleast_2d(np.asarray(M, dtype=float))
-        return np.column_stack([
-            1.0 + M[:, 0] / self.throughput,
-            M[:, 1] / self.cost,
-            M[:, 2],
-            M[:, 3] / self.staleness,
-        ])
+        scale = self.by_column()
+        s = np.array([scale[o.column] for o in OBJECTIVES])
+        return (SENSE < 0) + M / s
 
     def hv(self, M: np.ndarray) -> float:
         if len(M) == 0:
@@ -43,8 +50,7 @@ class HVScale:
         return float(HV(ref_point=np.full(N.shape[1], REF))(N))
 
     def as_dict(self) -> dict:
-        return {"throughput_samples_s": float(self.throughput), "cost_usd_h": float(self.cost),
-                "peak_mem_frac": 1.0, "staleness": float(self.staleness), "reference": REF}
+        return self.by_column() | {"reference": REF}
 
 
 def scale_for(cluster, workload, best_throughput: float, known_max_cost: float = 0.0) -> HVScale:

@@ -32,7 +32,7 @@ import itertools
 import numpy as np
 
 from problems.pareto import non_dominated as non_dominated_mask
-from problems.placement.encoding import SHARDINGS
+from problems.placement.names import SHARDINGS
 from problems.placement.plan import Plan
 
 GRID_MAX = 3000  # candidates scored (sampled from the grid when it is larger)

@@ -42,7 +42,8 @@ import itertools
 
 import numpy as np
 
-from problems.placement.encoding import SHARDINGS
+from problems.placement.names import SHARDINGS
+from problems.placement.problem import objectives
 
 SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 # Caps on the footprints and pairs scored: a model call costs about in proportion to the pools,
@@ -203,7 +204,7 @@ class StructuredSeeds:
     def _score(self, X: np.ndarray):
         R = self.L.repair(X)
         r = self._eval(R)
-        F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+        F = objectives(r)
         return R, F, r["feasible"] > 0
 
     # ------------------------------------------------------------ stage 1 + 2: training footprints and layouts
@@ -502,7 +503,7 @@ class StructuredSeeds:
         if len(X) == 0:
             return X, np.zeros((0, 4)), np.zeros(0, dtype=bool)
         r = self.problem.evaluate_matrix(X)
-        F = np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+        F = objectives(r)
         return X, F, r["feasible"] > 0
 
     def population_seeds(self, n: int) -> np.ndarray:

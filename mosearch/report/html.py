@@ -17,12 +17,9 @@ import numpy as np
 
 from mosearch.report.terminal import OPTIONAL_PARTS, STEP_LABELS, gpu_summary, step_parts
 from problems.atomic import atomic_write_text
+from problems.placement.names import MODE_COLOURS, MODE_WORDS, OTHER_COLOUR
 from problems.placement.plan import Plan
 
-MODE_COLOURS = {"colocated": "#1f77b4", "disaggregated": "#2ca02c", "async": "#d62728"}
-MODE_WORDS = {"colocated": "colocated (rollout and training share GPUs in turn)",
-              "disaggregated": "disaggregated (separate GPUs, in step)",
-              "async": "asynchronous (separate GPUs, bounded staleness)"}
 # the x axis turns logarithmic when the costs shown span more than this ratio
 LOG_SPAN = 10.0
 W, H = 760, 520
@@ -130,11 +127,11 @@ def _svg(plans: list[Plan], baselines: dict[str, Plan], knee: int | None) -> tup
     for i, p in enumerate(plans):
         if i == knee:
             continue
-        colour = MODE_COLOURS.get(p.execution.mode, "#7f7f7f")
+        colour = MODE_COLOURS.get(p.execution.mode, OTHER_COLOUR)
         out.append(f'<circle class="pt" data-i="{i}" cx="{xs[i]:.1f}" cy="{ys[i]:.1f}" r="5.5" fill="{colour}" '
                    f'fill-opacity="0.85"><title>{html.escape(p.plan_id)}</title></circle>')
     if knee is not None:
-        colour = MODE_COLOURS.get(plans[knee].execution.mode, "#7f7f7f")
+        colour = MODE_COLOURS.get(plans[knee].execution.mode, OTHER_COLOUR)
         out.append(f'<polygon class="pt" data-i="{knee}" points="{_star(xs[knee], ys[knee], 11)}" fill="{colour}" '
                    f'stroke="black" stroke-width="1.5"><title>{html.escape(plans[knee].plan_id)} (knee)</title></polygon>')
         taken.append((xs[knee] - 11, ys[knee] - 11, 22, 22))

@@ -12,9 +12,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from problems.atomic import atomic_write_bytes  # noqa: E402
+from problems.placement.names import MODE_COLOURS, OBJECTIVES, OTHER_COLOUR  # noqa: E402
 
-LABELS = ["throughput\n(samples/s)", "cost ($/h)", "peak memory\n(fraction)", "staleness\n(versions)"]
-MODE_COLOURS = {"colocated": "#1f77b4", "disaggregated": "#2ca02c", "async": "#d62728"}
+LABELS = [o.label for o in OBJECTIVES]
 LOG_SPAN = 10.0  # a cost axis spanning more than this ratio is drawn logarithmic
 
 
@@ -44,12 +44,12 @@ def _save(fig, path: Path) -> Path:
 
 
 def _colours(modes: list[str]) -> list[str]:
-    return [MODE_COLOURS.get(m, "#7f7f7f") for m in modes]
+    return [MODE_COLOURS.get(m, OTHER_COLOUR) for m in modes]
 
 
 def _mode_legend(ax, modes: list[str]) -> None:
     for m in sorted(set(modes)):
-        ax.scatter([], [], c=MODE_COLOURS.get(m, "#7f7f7f"), s=18, label=m)
+        ax.scatter([], [], c=MODE_COLOURS.get(m, OTHER_COLOUR), s=18, label=m)
 
 
 def scatter_matrix(F: np.ndarray, modes: list[str], knee: int | None, path: Path) -> Path:

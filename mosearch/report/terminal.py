@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from problems.placement.plan import Plan
+from problems.placement.names import ASYNC
 
 # column key -> (heading, format, higher is better)
 METRIC_COLUMNS = {
@@ -111,7 +112,7 @@ def layout_summary(plan: Plan) -> str:
 
 def mode_summary(plan: Plan) -> str:
     e = plan.execution
-    return e.mode + (f" k={e.staleness_bound}" if e.mode == "async" else "")
+    return e.mode + (f" k={e.staleness_bound}" if e.mode == ASYNC else "")
 
 
 def sort_plans(plans: list[Plan], sort: str) -> list[Plan]:
@@ -162,7 +163,7 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
                             f"optimizer offload {'on' if t.optimizer_offload else 'off'}")
     lay.add_row("rollout", f"{plan.rollout_engines} vLLM engine(s), each may use {r.kv_mem_frac:.0%} of GPU memory "
                            f"(gpu_memory_utilization), {r.max_num_seqs} concurrent sequences per engine")
-    lay.add_row("execution", f"{e.mode}" + (f", staleness bound k = {e.staleness_bound}" if e.mode == "async" else "")
+    lay.add_row("execution", f"{e.mode}" + (f", staleness bound k = {e.staleness_bound}" if e.mode == ASYNC else "")
                 + f", {e.pipeline_chunks} pipeline chunk(s)")
     lay.add_row("weight sync", plan.weight_sync.route)
 
@@ -180,7 +181,7 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
     tables = [roles, lay, pred]
     if steps:
         note = (" (rollouts of several steps overlap: a step can be shorter than its rollout)"
-                if plan.execution.mode == "async" else "")
+                if plan.execution.mode == ASYNC else "")
         st = Table(title="predicted step, memory and cost" + note, title_justify="left")
         st.add_column("part")
         st.add_column("value", justify="right")

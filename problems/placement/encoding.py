@@ -30,10 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from problems.placement.plan import (  # noqa: F401  (MODES, SHARDINGS, ROUTES: read from here too)
-    MODES,
-    ROUTES,
-    SHARDINGS,
+from problems.placement.names import COLOCATED, MODES, ROUTES, SHARDINGS  # noqa: F401  (read from here too)
+from problems.placement.plan import (
     Execution,
     Plan,
     PoolRoles,
@@ -328,7 +326,7 @@ class Layout:
         unknown = set(by_id) - {p.id for p in cluster.pools}
         if unknown:
             raise ValueError(f"plan names pools not in the cluster: {sorted(unknown)}")
-        colo = plan.execution.mode == "colocated"
+        colo = plan.execution.mode == COLOCATED
         for i, pool in enumerate(cluster.pools):
             roles = by_id.get(pool.id)
             if roles is None:

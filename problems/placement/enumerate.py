@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from problems.pareto import non_dominated
-from problems.placement.encoding import SHARDINGS
+from problems.placement.names import SHARDINGS
 from problems.placement.problem import PlacementProblem, objectives
 
 # vLLM gpu_memory_utilization grid: the 0.9 default of vLLM, verl's 0.5 default and one level

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
-from problems.placement.plan import MODES, SHARDINGS
+from problems.placement.names import MODES, SHARDINGS
 
 DEFAULT_EXECUTOR = "mosearch"
 _NONE, _Z1, _Z2, _Z3, _FSDP = range(5)

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from problems.placement.names import ASYNC, COLOCATED, MODES, ROUTES, SHARDINGS
 from problems.specio import load_model
 
 SCHEMA_VERSION = 1
 
-ExecutionMode = Literal["colocated", "disaggregated", "async"]
-Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
-SyncRoute = Literal["direct", "staged"]
-# the name sets in their order (the plan vector's indices, problems/placement/encoding.py)
-MODES: tuple[str, ...] = get_args(ExecutionMode)
-SHARDINGS: tuple[str, ...] = get_args(Sharding)
-ROUTES: tuple[str, ...] = get_args(SyncRoute)
+ExecutionMode = Literal[MODES]
+Sharding = Literal[SHARDINGS]
+SyncRoute = Literal[ROUTES]
 
 
 class _Strict(BaseModel):
@@ -85,7 +82,7 @@ class Execution(_Strict):
 
     @model_validator(mode="after")
     def _sync_modes_are_on_policy(self) -> "Execution":
-        if self.mode != "async" and self.staleness_bound != 0:
+        if self.mode != ASYNC and self.staleness_bound != 0:
             raise ValueError(f"staleness_bound must be 0 in {self.mode} mode (only async trains on stale samples)")
         return self
 
@@ -136,9 +133,9 @@ class Plan(_Strict):
             raise ValueError(f"train.dp*tp*pp = {t.dp * t.tp * t.pp} but the pools give {train} training GPUs")
         if engines < 1:
             raise ValueError("no rollout engine: at least one pool needs rollout_gpus + shared_gpus >= rollout_tp")
-        if self.execution.mode == "colocated" and any(p.rollout_gpus or p.train_gpus for p in self.pools):
+        if self.execution.mode == COLOCATED and any(p.rollout_gpus or p.train_gpus for p in self.pools):
             raise ValueError("colocated mode puts every used GPU in shared_gpus")
-        if self.execution.mode != "colocated" and any(p.shared_gpus for p in self.pools):
+        if self.execution.mode != COLOCATED and any(p.shared_gpus for p in self.pools):
             raise ValueError(f"{self.execution.mode} mode gives each GPU one role (shared_gpus must be 0)")
         return self
 

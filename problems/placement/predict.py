@@ -25,9 +25,10 @@ from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
+from problems.placement.names import COLOCATED, SHARDINGS
+from problems.placement.plan import Sharding
 from problems.specio import load_model
 
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
 # Per-node network of a DGX A100 (8 x 200 Gb/s HDR InfiniBand compute ports = 200 GB/s; NVIDIA DGX
 # A100 datasheet); DGX H100 has 8 x 400 Gb/s. Give `inter_node_gbs` for other machines.
 DEFAULT_INTER_NODE_GBS = 200.0
@@ -67,7 +68,7 @@ class TrainingJob(_Spec):
                                                     "network per node group: {H100: 400, RTX-4090: 1.25})")
     reshard_after_forward: bool = Field(default=True, description="ZeRO-3 / FSDP: free gathered weights after "
                                         "forward and gather them again in backward (FSDP2's and DeepSpeed's default)")
-    sharding: Literal["none", "zero1", "zero2", "zero3", "fsdp"] = "none"
+    sharding: Sharding = "none"
     recompute: bool | Literal["selective_op"] = Field(
         default=False, description="true: full activation recomputation; selective_op: torchtitan's selective "
                                    "op checkpointing (every second matmul and the element-wise ops recomputed)")
@@ -469,7 +470,7 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         foreign = {p.gpu for p in plan.pools if p.used_gpus} - {q.gpu.name for q in local.pools}
         on_cpu = lay.get("emulated") or (lay.get("device") == "cpu" and foreign)
     if local_cluster is not None and on_cpu:
-        colo = plan.execution.mode == "colocated"
+        colo = plan.execution.mode == COLOCATED
         ranks = dp * tp * pp
         devices = max(engines * etp, ranks) if colo else engines * etp + ranks
         per_node = 1 << max(0, (max(devices, etp, tp) - 1).bit_length())  # one machine: one node holds them all

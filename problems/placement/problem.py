@@ -27,14 +27,17 @@ from pymoo.core.repair import Repair
 from problems.placement import model as _model
 from problems.placement.encoding import Layout
 from problems.placement.model.params import ModelContext
+from problems.placement.names import OBJECTIVE_COLUMNS
+from problems.placement.names import OBJECTIVES as NAMED_OBJECTIVES
 from problems.placement.plan import Plan, SpecRef, file_sha256
 from problems.placement.specs import Cluster, Workload, load_cluster, load_workload
 from problems.placement.model.reduce import pany, psum
 
-OBJECTIVES = ("neg_throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
+# the minimised objectives, in the registry's order (a maximised one as its negative)
+OBJECTIVES = tuple(("neg_" if o.sense < 0 else "") + o.column for o in NAMED_OBJECTIVES)
 CONSTRAINTS = ("mem_fits", "kv_fits", "max_cost", "min_throughput", "max_staleness", "structure", "executor")
 # keys of Plan.predicted besides the whole evaluate_matrix breakdown
-PREDICTED_OBJECTIVES = ("throughput_samples_s", "cost_usd_h", "peak_mem_frac", "staleness")
+PREDICTED_OBJECTIVES = OBJECTIVE_COLUMNS
 
 
 def _spec_ref(name: str, path: str) -> SpecRef:
@@ -200,5 +203,5 @@ def with_train_speeds(plan: Plan, ctx) -> Plan:
 
 
 def objectives(r: dict[str, np.ndarray]) -> np.ndarray:
-    """The (N, 4) minimised objective matrix from an evaluate_matrix result."""
-    return np.column_stack([-r["throughput_samples_s"], r["cost_usd_h"], r["peak_mem_frac"], r["staleness"]])
+    """The (N, M) minimised objective matrix from an evaluate_matrix result (names.OBJECTIVES order)."""
+    return np.column_stack([o.sense * r[o.column] for o in NAMED_OBJECTIVES])

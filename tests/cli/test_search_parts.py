@@ -112,7 +112,7 @@ def test_corner_grid_reaches_small_footprints_that_need_offload_and_scores_each_
     from pathlib import Path
 
     from mosearch.planner import seeding
-    from problems.placement.encoding import SHARDINGS
+    from problems.placement.names import SHARDINGS
     from problems.placement.problem import PlacementProblem
 
     root = Path(__file__).resolve().parents[2]

@@ -227,7 +227,7 @@ def test_one_sync_function_scores_a_plan_and_a_run_layout_alike(tmp_path):
     got = prob.evaluate_matrix(x)["sync_s"][0]
     f = {k: v[0] for k, v in prob.layout.fields(x).items()}
     engines = int((f["rollout_gpus"] + f["shared_gpus"]).sum() // f["rollout_tp"][0])
-    from problems.placement.encoding import SHARDINGS
+    from problems.placement.names import SHARDINGS
 
     train = {"tp": int(f["tp"]), "pp": int(f["pp"]), "dp": int(f["train_gpus"].sum() // (f["tp"] * f["pp"])),
              "sharding": SHARDINGS[int(f["sharding"])]}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from problems.placement.encoding import SHARDINGS
+from problems.placement.names import SHARDINGS
 from problems.placement.enumerate import KV_GRID
 from problems.placement.problem import PlacementProblem, objectives
 

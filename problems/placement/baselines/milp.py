@@ -34,7 +34,8 @@ import highspy
 import numpy as np
 
 from problems.placement.baselines._common import Scorer, budgeted, rank, template
-from problems.placement.encoding import LOG2_MB_RANGE, LOG2_SEQS_RANGE, SHARDINGS
+from problems.placement.encoding import LOG2_MB_RANGE, LOG2_SEQS_RANGE
+from problems.placement.names import SHARDINGS
 from problems.placement.enumerate import KV_GRID
 from problems.placement.problem import PlacementProblem
 

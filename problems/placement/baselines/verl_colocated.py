@@ -16,7 +16,8 @@ import itertools
 import numpy as np
 
 from problems.placement.baselines._common import Scorer, budgeted, pools_of_type, rank, template
-from problems.placement.encoding import LOG2_MB_RANGE, SHARDINGS
+from problems.placement.encoding import LOG2_MB_RANGE
+from problems.placement.names import SHARDINGS
 from problems.placement.enumerate import KV_GRID
 from problems.placement.problem import PlacementProblem
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MODE_COLOCATED, MODE_DISAGGREGATED, MODE_ASYNC = 0, 1, 2
+from problems.placement.names import MODE_ASYNC, MODE_COLOCATED, MODE_DISAGGREGATED  # noqa: F401
 
 
 def compose(mode, k, chunks, rollout_s, rollout_bulk_s, rollout_tail_s, train_s, sync_s, switch_s):

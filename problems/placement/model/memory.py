@@ -35,11 +35,11 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model.params import ModelContext
+from problems.placement.names import SHARD_FSDP, SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3  # noqa: F401
 
 # vLLM profiles activations with one batch of max_num_batched_tokens (chunked prefill budget);
 # 2048 is its long-standing default for chunked prefill (assumed)
 ENGINE_BATCHED_TOKENS = 2048
-SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(5)
 # extra allocator waste (as a share of the dynamic memory allocated) with full recomputation and with
 # virtual pipeline stages: the two together take the base 0.30 to STWeaver's worst case of 43% of the
 # reserved dynamic memory wasted (1 / (1 - 0.43) = 1.754); split evenly (assumed: the paper names both)

@@ -48,7 +48,7 @@ def layout_sync_s(cluster, copy_bytes: float, engine_regions: list[str], engine_
     source's gather of a cut or sharded trainer first. Efficiencies: the model's defaults and the
     cluster's profiles."""
     from problems.placement.model.params import DEFAULTS
-    from problems.placement.encoding import SHARDINGS
+    from problems.placement.names import SHARDINGS
 
     regions = cluster.regions
     keys = list(zip(engine_gpus or [None] * len(engine_regions), engine_regions))

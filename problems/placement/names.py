@@ -1,0 +1,66 @@
+"""The name sets every part of the project reads, each defined once: execution modes, sharding
+levels, weight-sync routes and the objectives (with their sense, resolution, unit and colour).
+
+The plan schema, the vector encoding (a name's index is its value in the plan vector), the
+performance model, the planner, the reports, the exporters and the trainer all import these;
+adding a mode or an objective starts here (docs/extending.md lists the rest). Plain data with no
+imports beyond the standard library, so the plan schema can read it without the model or pymoo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# -- execution modes ------------------------------------------------------------------------------
+MODES: tuple[str, ...] = ("colocated", "disaggregated", "async")
+COLOCATED, DISAGGREGATED, ASYNC = MODES
+# the value of each mode in the plan vector and the model's arrays
+MODE_COLOCATED, MODE_DISAGGREGATED, MODE_ASYNC = range(len(MODES))
+MODE_COLOURS = {COLOCATED: "#1f77b4", DISAGGREGATED: "#2ca02c", ASYNC: "#d62728"}
+MODE_WORDS = {COLOCATED: "colocated (rollout and training share GPUs in turn)",
+              DISAGGREGATED: "disaggregated (separate GPUs, in step)",
+              ASYNC: "asynchronous (separate GPUs, bounded staleness)"}
+OTHER_COLOUR = "#7f7f7f"
+
+# -- sharding levels over the data-parallel group --------------------------------------------------
+SHARDINGS: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp")
+SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(len(SHARDINGS))
+# levels that shard the parameters themselves (FSDP's all-gathers); ZeRO-1/2 shard only the
+# optimizer state (and ZeRO-2 the gradients)
+PARAM_SHARDINGS = frozenset({"zero3", "fsdp"})
+
+# -- weight-sync routes ----------------------------------------------------------------------------
+ROUTES: tuple[str, ...] = ("direct", "staged")
+
+
+def params_sharded_by(sharding: str, dp: int = 2) -> bool:
+    """A layout whose parameters are sharded over its data-parallel ranks (FSDP / ZeRO-3, dp > 1)."""
+    return sharding in PARAM_SHARDINGS and dp > 1
+
+
+# -- objectives ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Objective:
+    name: str  # on the command line (--resolution throughput=..., pick's --weights)
+    column: str  # front.csv column and the model's result key, in natural units
+    sense: float  # -1: maximised (minimised as its negative), +1: minimised
+    # the difference a person decides at: plans closer than this count as equal in it (mosearch/decide.py)
+    resolution: float
+    relative: bool  # resolution as a share of the value, else absolute
+    unit: str
+    label: str  # axis title (two lines)
+
+
+# Resolutions: throughput and cost 5% relative, half the model's error after calibration
+# (results/bench/predictor_accuracy.md); memory 0.15 of a GPU (a front's spread in peak memory is
+# mostly vLLM's memory setting, searched over 0.30-0.95); staleness one policy version. Memory and
+# staleness were set with the 5% so that the default front stays at ~60 plans or fewer on the
+# shipped clusters and three of our own (benchmarks/front_size.py, results/bench/front_size.md).
+OBJECTIVES: tuple[Objective, ...] = (
+    Objective("throughput", "throughput_samples_s", -1.0, 0.05, True, "samples/s", "throughput\n(samples/s)"),
+    Objective("cost", "cost_usd_h", 1.0, 0.05, True, "$/h", "cost ($/h)"),
+    Objective("memory", "peak_mem_frac", 1.0, 0.15, False, "fraction", "peak memory\n(fraction)"),
+    Objective("staleness", "staleness", 1.0, 1.0, False, "versions", "staleness\n(versions)"),
+)
+OBJECTIVE_NAMES: tuple[str, ...] = tuple(o.name for o in OBJECTIVES)
+OBJECTIVE_COLUMNS: tuple[str, ...] = tuple(o.column for o in OBJECTIVES)
