@@ -18,7 +18,8 @@ CLUSTER, WORKLOAD = "problems/clusters/local.yaml", "problems/workloads/tiny-grp
 
 @pytest.fixture(scope="module")
 def picked(tmp_path_factory):
-    """A small search typed from the repository root with relative paths, picked into another folder."""
+    """A small search typed from the repository root with relative paths, picked into another folder.
+    Searched for verl, so the picked plan is one verl can start whichever plan the search picks."""
     import os
 
     tmp = tmp_path_factory.mktemp("paths")
@@ -26,7 +27,7 @@ def picked(tmp_path_factory):
     os.chdir(ROOT)
     try:
         assert main(["plan", "--cluster", CLUSTER, "--workload", WORKLOAD, "--out", str(tmp / "run"),
-                     "--evals", "300", "--quiet"]) == 0
+                     "--evals", "300", "--quiet", "--executor", "verl"]) == 0
         assert main(["pick", str(tmp / "run"), "--out", str(tmp / "a" / "b" / "plan.yaml")]) == 0
     finally:
         os.chdir(here)
