@@ -143,16 +143,19 @@ class TrainGroup:
         self.init = init  # TrainWorker keyword arguments shared by every rank
         self.roster = roster
         self.actors: list = []
+        self.rendezvous: tuple[str, int] | None = None  # rank 0's node address and port (spawn)
         self.version = 0  # the policy version the ranks hold (one per training step)
 
     def spawn(self) -> list:
-        """Every rank in its bundle, as a fresh process group (a new rendezvous port)."""
-        lay, port = self.layout, _free_port()
+        """Every rank in its bundle, as a fresh process group (a new rendezvous port on rank 0's node)."""
+        lay = self.layout
+        self.rendezvous = rendezvous_address(self.pg, 0, self.env) if lay.world > 1 else ("127.0.0.1", _free_port())
+        host, port = self.rendezvous
         self.actors = []
         for r, pool in enumerate(lay.rank_pools):
             opts = P.actor_options(pool.split("@")[0], self.found, self.share, (self.pg, r))
             self.actors.append(self.cls.options(runtime_env=self.env, **opts).remote(
-                rank=r, world_size=lay.world, master_port=port, tp=lay.tp, pp=lay.pp, **self.init))
+                rank=r, world_size=lay.world, master_addr=host, master_port=port, tp=lay.tp, pp=lay.pp, **self.init))
             self.roster.add(WORKER, r, self.actors[-1])
         return self.actors
 
@@ -522,6 +525,21 @@ def _release(pg) -> None:
         from ray.util.placement_group import remove_placement_group
 
         remove_placement_group(pg)
+
+
+def rendezvous_address(pg, bundle: int, env: dict) -> tuple[str, int]:
+    """The address of the node holding `bundle` of `pg` and a free port on it: where rank 0 (placed
+    in that bundle) serves the group's rendezvous, so ranks on other machines can reach it (a
+    loopback address would send each rank to its own machine). Found by a task that takes no
+    resources, pinned to the bundle's node."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from trainer.weight_sync import free_address
+
+    probe = ray.remote(num_cpus=0)(free_address).options(
+        runtime_env=env, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, bundle))
+    return tuple(ray.get(probe.remote()))
 
 
 def _free_port() -> int:

@@ -177,4 +177,6 @@ class Records:
                 "engine_tp": d.engine_tp,  # as each engine reports it
                 "device": "cuda" if d.found.cuda else "cpu",  # what the work ran on
                 "emulated": bool(lay and lay.emulated), "notes": lay.notes if lay else [],
-                "placed": d.placed}
+                "placed": d.placed,
+                # where the training ranks met: rank 0's node address (multi-rank layouts)
+                "rendezvous": d.train.rendezvous[0] if d.train and d.train.rendezvous and lay and lay.world > 1 else None}

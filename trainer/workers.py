@@ -32,7 +32,7 @@ class TrainWorker(WorkerState):
 
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
                  micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0, tp: int = 1, pp: int = 1,
-                 recompute: bool = False, optimizer_offload: bool = False):
+                 recompute: bool = False, optimizer_offload: bool = False, master_addr: str = "127.0.0.1"):
         from transformers import AutoModelForCausalLM
 
         self.rank, self.world = rank, world_size
@@ -47,8 +47,8 @@ class TrainWorker(WorkerState):
         self.micro_batch, self.pad_id = micro_batch, pad_id
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         torch.manual_seed(seed)
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(master_port)
+        # rank 0's node address (TrainGroup.spawn finds it), so ranks on other machines meet there
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
         if world_size > 1 and not dist.is_initialized():
             # the rendezvous store listens on MASTER_ADDR only (torch's binds every interface)
             store = WS.tcp_store(os.environ["MASTER_ADDR"], master_port, world_size, rank == 0,

@@ -84,8 +84,9 @@ class RayNodes:
                      "--include-dashboard", "false", "--dashboard-port", str(free_port()),
                      "--ray-client-server-port", str(free_port())], resources, labels, num_cpus)
 
-    def add_node(self, resources: dict, labels: dict, num_cpus: int = 4) -> None:
-        self._start(["--address", self.address], resources, labels, num_cpus)
+    def add_node(self, resources: dict, labels: dict, num_cpus: int = 4, ip: str | None = None) -> None:
+        """`ip`: the node's own address (another loopback address stands for another machine)."""
+        self._start(["--address", self.address, *(["--node-ip-address", ip] if ip else [])], resources, labels, num_cpus)
 
     def ours(self) -> list[int]:
         """Pids of processes whose command line names our temp dir (only we use it)."""
@@ -121,7 +122,8 @@ INSPECT = """
 import json, ray
 ray.init(log_to_driver=False, configure_logging=False)
 from ray.util import placement_group_table
-nodes = [{"id": n["NodeID"], "resources": n["Resources"], "labels": n.get("Labels", {})} for n in ray.nodes() if n["Alive"]]
+nodes = [{"id": n["NodeID"], "address": n["NodeManagerAddress"], "resources": n["Resources"], "labels": n.get("Labels", {})}
+         for n in ray.nodes() if n["Alive"]]
 pgs = [p["state"] for p in placement_group_table().values()]
 print(json.dumps({"nodes": nodes, "available": ray.available_resources(), "total": ray.cluster_resources(), "pgs": pgs}))
 """

@@ -1,8 +1,8 @@
 """`mosearch train` on a multi-node Ray cluster the user runs (RAY_ADDRESS), with token authentication.
 
 The cluster: a head offering `gpu:H100` and `gpu:L4` (two GPU types in region us-east) and a second
-node offering `gpu:A100-80G` (region eu-west), each a `ray start` process of its own, started once
-for this module. A mixed plan must land every engine and rank on a node of its pool's type and
+node offering `gpu:A100-80G` (region eu-west) at address 127.0.0.2, as another machine would have
+its own address, each a `ray start` process of its own, started once for this module. A mixed plan must land every engine and rank on a node of its pool's type and
 region (reported from inside the actors), train 3 steps and leave the cluster as it found it; the
 ways of failing to join end in one line naming RAY_ADDRESS, exit 2.
 """
@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HEAD = {"gpu:H100": 1, "gpu:L4": 1}
 WORKER = {"gpu:A100-80G": 2}
+WORKER_IP = "127.0.0.2"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def cluster():
     nodes = RayNodes()
     try:
         nodes.start_head(HEAD, {"region": "us-east"})
-        nodes.add_node(WORKER, {"region": "eu-west"})
+        nodes.add_node(WORKER, {"region": "eu-west"}, ip=WORKER_IP)
         yield nodes
     finally:
         nodes.stop()
@@ -59,7 +60,8 @@ def _plan(tmp_path, pools, name="plan.yaml"):
     return path
 
 
-MIXED = [_pool("H100", "us-east", 1, 0), _pool("L4", "us-east", 0, 1), _pool("A100-80G", "eu-west", 1, 1)]
+# the A100 pool first: training rank 0 lands on the worker node, away from the head's address
+MIXED = [_pool("A100-80G", "eu-west", 1, 1), _pool("H100", "us-east", 1, 0), _pool("L4", "us-east", 0, 1)]
 
 
 def _train(cluster, plan, out, steps=3, **env):
@@ -106,6 +108,9 @@ def test_mixed_plan_lands_on_its_gpu_types_and_regions(cluster, tiny_model, tmp_
         node = nodes[p["node_id"]]
         assert node["resources"].get(f"gpu:{gpu}", 0) >= 1 and node["labels"]["region"] == region, p
         assert p["region"] == region and p["resources"].get(f"gpu:{gpu}") == 1.0, p
+    # the ranks met at rank 0's node address, not at a loopback address of the driver's machine
+    rank0 = nodes[next(p["node_id"] for p in placed if p["role"] == "rank" and p["index"] == 0)]
+    assert rank0["address"] == WORKER_IP and summary["layout"]["rendezvous"] == WORKER_IP
     # the only note: the types are custom resources on nodes without GPUs (flagged, predicted for the CPU)
     assert summary["layout"]["device"] == "cpu" and summary["layout"]["notes"] == [
         "CPU run: the cluster's GPU types (A100-80G, H100, L4) are Ray custom resources on nodes without GPUs; "
