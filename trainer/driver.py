@@ -9,7 +9,7 @@ Who does what (verl's worker roles, split the same way):
 - trainer/modes.py: the execution mode (plan.execution.mode: colocated, disaggregated, async with
   staleness k) as a submit/collect strategy;
 - trainer/recovery.py: what happens when an actor is lost, restoring from a checkpoint, and the
-  fault-injection points that test it (see trainer/README.md, "Faults");
+  fault-injection points that test it (docs/reliability.md, "Training runs");
 - trainer/records.py: metrics.jsonl, checkpoints and summary.json;
 - here: set-up, the step loop, the prompt stream, rewards and evaluation.
 """

@@ -1,4 +1,4 @@
-"""A training step's learning figures for metrics.jsonl and the loggers (trainer/README.md, "Metrics").
+"""A training step's learning figures for metrics.jsonl and the loggers (docs/training.md, "Metrics").
 
 From the ranks' statistics (trainer/algorithms.py `reduce_stats`, over the whole global batch):
 `loss`, `entropy`, `clip_frac`, `kl` (with a KL reference), `value_loss` (PPO). From the batch's
