@@ -40,7 +40,7 @@ STEP_LABELS = {
     "step_s": "one RL step (s)",
     "rollout_s": "generating the step's samples (s)",
     "rollout_bulk_s": "  until most samples are done (s)",
-    "rollout_tail_s": "  until the longest sample is done (s)",
+    "rollout_tail_s": "  then the longest samples alone (s)",
     "train_s": "training on them (s)",
     "train_compute_s": "  forward and backward passes (s)",
     "dp_sync_s": "  gradient exchange between data-parallel ranks (s)",
