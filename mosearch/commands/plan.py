@@ -17,7 +17,7 @@ from problems.placement.executors import EXECUTORS
 # 60k evaluations (half MaOEA-CS, half Pareto local search on its archive): mixed-64 x
 # qwen2.5-7b-grpo and hetero-1024 each take ~20 s of wall time on the 2-core development
 # machine under load (load average 6-9), and mixed-8 reaches 0.99 of the exact front's
-# hypervolume, which 30k did on one seed of three (benchmarks/planner_targets.py,
+# hypervolume, which 30k did on one seed of three (mosearch/bench/planner_targets.py,
 # results/bench/planner.md).
 DEFAULT_EVALS = 60000
 DEFAULT_POP = 100

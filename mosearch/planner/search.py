@@ -64,9 +64,9 @@ class SearchSettings:
     # end (it may stop early). Measured on the current model: at 3,000 evaluations (seeds 1-5) at
     # least every baseline on 11 of 12 `mosearch bench planners` scenarios with it, 8 without (median
     # HV over the best rival 1.166 / 1.147 on geometric mean; there the local search mostly hands back
-    # after one batch); on the 7 clusters of benchmarks/unseen_planners.py 5 of 7 either way (HV with /
+    # after one batch); on the 7 clusters of mosearch/bench/unseen_planners.py 5 of 7 either way (HV with /
     # without 0.999). At `mosearch plan`'s 60,000 evaluations it costs a little: HV 0.997 of the fixed
-    # share's on geometric mean, lower in 6 of 6 runs (benchmarks/local_search_default_budget.py).
+    # share's on geometric mean, lower in 6 of 6 runs (mosearch/bench/local_search_default_budget.py).
     adaptive: bool = True
 
 
