@@ -36,9 +36,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/bench/local_search_default_budget.md")
     args = ap.parse_args(argv)
 
-    from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
     from mosearch.planner.run import plan_run
     from mosearch.planner.search import SearchSettings
+
+    DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
     from problems.atomic import atomic_write_text
 
     t0 = time.perf_counter()

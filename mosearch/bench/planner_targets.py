@@ -134,7 +134,9 @@ def main() -> int:
                       "| grid: HV ours / exact | grid ratio | met (grid >= 0.99, <= 2%) | wall s (raw run) |",
                       "|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
             ratios, more = [], []
-            from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
+            from mosearch.planner.search import SearchSettings
+
+            DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
 
             for seed in args.seeds:
                 wall, info = run_plan("mixed-8", Path(tmp) / f"mixed-8-{seed}", seed)

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = "qwen2.5-7b-grpo"
 
 def _plan_defaults() -> dict:
-    from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
+    from mosearch.planner.search import SearchSettings
 
-    return {"evals": DEFAULT_EVALS, "pop_size": DEFAULT_POP}
+    return {"evals": SearchSettings.evals, "pop_size": SearchSettings.pop_size}
 
 
 # `mosearch plan`'s defaults, so the table times what a user gets

@@ -52,9 +52,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", nargs="+", help="only these clusters (names in CASES)")
     args = ap.parse_args(argv)
 
-    from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
     from mosearch.planner.run import plan_run
     from mosearch.planner.search import SearchSettings
+
+    DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
     from problems.placement.problem import PlacementProblem
 
     rows, misses, walls = [], 0, []

@@ -31,13 +31,20 @@ from mosearch.planner.recording import RecordingProblem
 # (run.yaml: search_evaluations / search_wall_s).
 TIME_EVAL_RATE = 5000
 UNLIMITED_EVALS = 10**9
+# `mosearch plan`'s evaluation budget. 60k evaluations (half MaOEA-CS, half Pareto local search on its
+# archive): mixed-64 x qwen2.5-7b-grpo and hetero-1024 each take ~20 s of wall time on the 2-core
+# development machine under load (load average 6-9), and mixed-8 reaches 0.99 of the exact front's
+# hypervolume, which 30k did on one seed of three (mosearch/bench/planner_targets.py,
+# results/bench/planner.md).
+DEFAULT_EVALS = 60_000
 YIELD_GENERATIONS = 3  # MaOEA-CS's last generations whose archive entries per evaluation the local search must match
 
 
 @dataclass
 class SearchSettings:
+    """The search's settings; the defaults are `mosearch plan`'s (the product's)."""
     algorithm: str = algorithms.DEFAULT
-    evals: int | None = None
+    evals: int | None = DEFAULT_EVALS  # None: the time limit alone
     time_s: float | None = None
     seed: int = 1
     pop_size: int = 100
