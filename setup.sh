@@ -27,7 +27,7 @@ fi
 echo "setup: installing into $VENV (rollout engine: $extra build of vLLM)" >&2
 # torch first, pinned, so nothing below resolves a different (multi-GB CUDA) build.
 pip install -q "torch==2.13.0"
-# compare: pinned TRL for benchmarks/trainer_bench.py's side-by-side
+# compare: pinned TRL for mosearch/bench/trainer_bench.py's side-by-side
 pip install -q -e ".[$extra,dev,targets,compare]"
 # The export targets, for the tests that load every export with their own config code. Pure-Python
 # wheels, without their dependencies (those pin other torch/transformers builds); what their config

@@ -6,6 +6,8 @@ problem, named by its dotted key path.
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,9 +53,53 @@ def _describe(error: dict) -> tuple[str, str | None]:
     return msg, None
 
 
-def validation_error(path: str | Path, err: ValidationError) -> InputError:
-    first = err.errors()[0]
+def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the key at `loc` (list indices and mapping keys stepped
+    over), or None where the path leaves the models."""
+    ann = model
+    for part in loc[:-1]:
+        while ann is not None and not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            origin = typing.get_origin(ann)
+            if origin in (list, tuple, set, frozenset) and isinstance(part, int):
+                ann, part = args[0] if args else None, None
+                break
+            if origin is dict:
+                ann, part = args[-1] if args else None, None
+                break
+            ann = args[0] if len(args) == 1 else None  # Optional[X] -> X; a union of several: unknown
+        if part is None:
+            continue
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)) or part not in ann.model_fields:
+            return None
+        ann = ann.model_fields[part].annotation
+    while ann is not None and not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        ann = args[-1] if args else None
+    return ann
+
+
+def _unknown_key(error: dict, errors: list[dict], model: type[BaseModel] | None) -> str:
+    """'did you mean X?' with the nearest known key beside an unknown one (the keys of its model,
+    or else the keys reported missing beside it), or the known keys when none is near."""
+    loc = error["loc"]
+    holder = _model_at(model, loc)
+    known = (list(holder.model_fields) if holder is not None else
+             [e["loc"][-1] for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1]])
+    near = difflib.get_close_matches(str(loc[-1]), [str(k) for k in known], n=1, cutoff=0.6)
+    if near:
+        return f"did you mean {near[0]}?"
+    return f"known keys: {', '.join(map(str, known))}" if known else "remove it or check its spelling"
+
+
+def validation_error(path: str | Path, err: ValidationError, model: type[BaseModel] | None = None) -> InputError:
+    """The first problem, an unknown key before the rest: a misspelt key is also reported as its
+    right spelling missing, and the misspelling is the cause."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     problem, expected = _describe(first)
+    if first["type"] == "extra_forbidden":
+        expected = _unknown_key(first, errors, model)
     return InputError(str(path), key_path(first["loc"]), problem, expected)
 
 
@@ -79,4 +125,4 @@ def load_model(path: str | Path, model: type[M], what: str, context: dict | None
     try:
         return model.model_validate(data, context=context)
     except ValidationError as err:
-        raise validation_error(path, err) from None
+        raise validation_error(path, err, model) from None

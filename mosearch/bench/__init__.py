@@ -1,1 +1,3 @@
-"""Benchmarks behind `mosearch bench ...`: each module measures one thing and writes one table."""
+"""Benchmarks, each module measuring one thing and writing one table: the ones behind `mosearch bench ...`
+and the others, each run as `python -m mosearch.bench.NAME`. Their inputs written for them (clusters,
+workloads, published measurements) are under benchmarks/ at the repository root."""

@@ -582,7 +582,7 @@ def _scale_section(rows: list[dict]) -> list[str]:
            "workload qwen2.5-7b-grpo, seed 1, end to end in one process: problem build, corner grid, MaOEA-CS, "
            "Pareto local search, decoding the front and the baseline planners of the report (verl-style, best "
            "homogeneous, HetRL-style, MILP). Clusters above 64 GPUs except hetero-1024 are generated "
-           "(`benchmarks/gen_clusters.py`).", "",
+           "(`mosearch/bench/gen_clusters.py`).", "",
            "| cluster | GPUs | pools | variables | plans/s (batch 100) | plans/s (batch 10k) | default run wall s | "
            "of which search | CPU s | load at start/end | front size |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["gpus"], r["pools"])):

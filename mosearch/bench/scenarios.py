@@ -25,13 +25,14 @@ from mosearch.planner import algorithms as planner_algorithms
 from mosearch.planner import seeding
 from mosearch.planner.archive import Archive
 from mosearch.planner.hv import HVScale, scale_for
+from mosearch.planner.search import SearchSettings
 from problems.placement.problem import PlacementProblem, objectives
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ("mixed-8", "mixed-64", "hetero-1024", "h100-64")
 WORKLOADS = ("qwen2.5-1.5b-grpo", "qwen2.5-7b-grpo", "qwen2.5-32b-grpo")
 N_CHECKPOINTS = 50
-POP_SIZE = 100  # `mosearch plan`'s default population
+POP_SIZE = SearchSettings.pop_size  # `mosearch plan`'s default population
 # Static penalty for methods without constraint handling (pymoo's MOEA/D): far above any
 # objective value of a feasible plan (throughput and $/h stay below 1e5 on the shipped clusters).
 PENALTY = 1e6
@@ -160,8 +161,6 @@ def method_config(method: str) -> str:
     (the planner's search settings); a run cached under other settings is measured again."""
     if method != PRODUCT:
         return ""
-    from mosearch.planner.search import SearchSettings
-
     s = SearchSettings()
     return (f"polish={s.polish} dedup={s.dedup} switch_share={s.switch_share} "
             f"local_search={'alternating' if s.adaptive else 'last share'}")
@@ -216,7 +215,7 @@ def _run_planner(bp: BudgetProblem, budget: int, seed: int, **settings) -> None:
     of the three parts goes through `bp`, so all count. Not counted: the baseline planners
     `mosearch plan` also runs for its report (their plans do not enter the front). `settings`:
     SearchSettings fields to change (ablations outside the bench)."""
-    from mosearch.planner.search import SearchSettings, run_search
+    from mosearch.planner.search import run_search
 
     corners = _grid(bp, budget, seed)
     rest = budget - bp.n_evals

@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default=str(PACKAGE_ROOT / "problems" / "workloads" / "tiny-grpo.yaml"))
     p.add_argument("--out", default="results/demo", help="where the front, the plan and the run go")
     p.add_argument("--evals", type=int, default=3000, help="plans the search evaluates")
-    # Training defaults: measured in results/bench/trainer.md (benchmarks/trainer_bench.py reads them).
+    # Training defaults: measured in results/bench/trainer.md (mosearch/bench/trainer_bench.py reads them).
     p.add_argument("--steps", type=int, default=DEFAULTS["steps"], help="RL steps to train")
     p.add_argument("--warm-start-steps", type=int, default=DEFAULTS["warm_start_steps"],
                    help="supervised steps on the task first: right output format, low accuracy (held-out <= 0.2)")

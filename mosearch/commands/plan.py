@@ -14,14 +14,6 @@ from mosearch.planner.search import SearchSettings
 from problems.errors import InputError
 from problems.placement.executors import EXECUTORS
 
-# 60k evaluations (half MaOEA-CS, half Pareto local search on its archive): mixed-64 x
-# qwen2.5-7b-grpo and hetero-1024 each take ~20 s of wall time on the 2-core development
-# machine under load (load average 6-9), and mixed-8 reaches 0.99 of the exact front's
-# hypervolume, which 30k did on one seed of three (benchmarks/planner_targets.py,
-# results/bench/planner.md).
-DEFAULT_EVALS = 60000
-DEFAULT_POP = 100
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="search placement plans and write the Pareto front to a run directory")
@@ -36,11 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithm", default=algorithms.DEFAULT,
                    help=f"search algorithm (default {algorithms.DEFAULT}); baselines: nsga3, moead, rvea, agemoea2, "
                         "deap-nsga3, random")
-    p.add_argument("--evals", type=int, help=f"evaluation budget (default {DEFAULT_EVALS} when --time is not given)")
+    p.add_argument("--evals", type=int, help=f"evaluation budget (default {SearchSettings.evals} when --time is not given)")
     p.add_argument("--time", type=float, dest="time_s", metavar="SECONDS",
                    help="wall-time limit of the search (with --evals, whichever comes first)")
     p.add_argument("--seed", type=int, help="random seed (default 1)")
-    p.add_argument("--pop-size", type=int, default=DEFAULT_POP)
+    p.add_argument("--pop-size", type=int, default=SearchSettings.pop_size)
     p.add_argument("--max-cost", type=float, help="budget, $/h")
     p.add_argument("--min-throughput", type=float, help="samples/s")
     p.add_argument("--max-staleness", type=float, help="mean policy-version lag")
@@ -112,7 +104,8 @@ def run(args) -> int:
                              checkpoint_every=args.checkpoint_every)
     else:
         _check(args)
-        evals = args.evals if args.evals is not None or args.time_s is not None else DEFAULT_EVALS
+        # --time alone: the time limit alone; neither: the default budget
+        evals = args.evals if args.evals is not None else None if args.time_s is not None else SearchSettings.evals
         settings = SearchSettings(algorithm=args.algorithm, evals=evals, time_s=args.time_s, seed=1 if args.seed is None else args.seed,
                                   pop_size=args.pop_size, jobs=args.jobs, progress=not args.quiet)
         limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)

@@ -44,7 +44,7 @@ def run(args) -> int:
 
         print(describe(info["restriction"]))
     if args.with_plan:
-        from mosearch.commands.import_config import against_front, check_same_problem, summary
+        from mosearch.compare import against_front, check_same_problem, summary
         from problems.placement.plan import load_plan
 
         mine = load_plan(args.with_plan)

@@ -46,7 +46,7 @@ def make_maoea(problem, pop_size: int, seeds, max_evals: int | None, dedup: bool
     # Bounded SBX: every placement variable is a bounded integer or fraction, and the entry's
     # unbounded SBX throws children past the bounds that the repair then clips onto them. On
     # mixed-8 (grid ratio against the exact front, 60k evaluations, seeds 1-3) bounded SBX gave
-    # 0.986 / 0.999 / 0.994, unbounded 0.968 / 0.987 / 0.988 (benchmarks/planner_targets.py).
+    # 0.986 / 0.999 / 0.994, unbounded 0.968 / 0.987 / 0.988 (mosearch/bench/planner_targets.py).
     return MaOEACS(pop_size=pop_size, sampling=seeds, repair=problem_repair(problem), max_evals=max_evals,
                    sbx="pymoo", eliminate_duplicates=dedup, switch_share=switch_share)
 

@@ -327,7 +327,7 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
 
         shown = [plans[i] for i in front]
         files = write_report_files(stage, shown, baselines, None if knee is None else int(np.searchsorted(front, knee)),
-                                   result.history, title, sub)
+                                   result.history, title, sub, run_dir=out)
     info["write_wall_s"] = round(time.perf_counter() - t_write, 3)
     results.write_run_info(stage, info)
     return files

@@ -31,13 +31,20 @@ from mosearch.planner.recording import RecordingProblem
 # (run.yaml: search_evaluations / search_wall_s).
 TIME_EVAL_RATE = 5000
 UNLIMITED_EVALS = 10**9
+# `mosearch plan`'s evaluation budget. 60k evaluations (half MaOEA-CS, half Pareto local search on its
+# archive): mixed-64 x qwen2.5-7b-grpo and hetero-1024 each take ~20 s of wall time on the 2-core
+# development machine under load (load average 6-9), and mixed-8 reaches 0.99 of the exact front's
+# hypervolume, which 30k did on one seed of three (mosearch/bench/planner_targets.py,
+# results/bench/planner.md).
+DEFAULT_EVALS = 60_000
 YIELD_GENERATIONS = 3  # MaOEA-CS's last generations whose archive entries per evaluation the local search must match
 
 
 @dataclass
 class SearchSettings:
+    """The search's settings; the defaults are `mosearch plan`'s (the product's)."""
     algorithm: str = algorithms.DEFAULT
-    evals: int | None = None
+    evals: int | None = DEFAULT_EVALS  # None: the time limit alone
     time_s: float | None = None
     seed: int = 1
     pop_size: int = 100
@@ -64,9 +71,9 @@ class SearchSettings:
     # end (it may stop early). Measured on the current model: at 3,000 evaluations (seeds 1-5) at
     # least every baseline on 11 of 12 `mosearch bench planners` scenarios with it, 8 without (median
     # HV over the best rival 1.166 / 1.147 on geometric mean; there the local search mostly hands back
-    # after one batch); on the 7 clusters of benchmarks/unseen_planners.py 5 of 7 either way (HV with /
+    # after one batch); on the 7 clusters of mosearch/bench/unseen_planners.py 5 of 7 either way (HV with /
     # without 0.999). At `mosearch plan`'s 60,000 evaluations it costs a little: HV 0.997 of the fixed
-    # share's on geometric mean, lower in 6 of 6 runs (benchmarks/local_search_default_budget.py).
+    # share's on geometric mean, lower in 6 of 6 runs (mosearch/bench/local_search_default_budget.py).
     adaptive: bool = True
 
 

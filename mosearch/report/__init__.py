@@ -9,8 +9,9 @@ from problems.placement.plan import Plan
 
 
 def write_report_files(out: Path, plans: list[Plan], baselines: dict[str, Plan], knee: int | None,
-                       history: list[dict], title: str, subtitle: str) -> list[Path]:
-    """Every plot and report.html; returns the files written."""
+                       history: list[dict], title: str, subtitle: str, run_dir: Path | None = None) -> list[Path]:
+    """Every plot and report.html into `out` (`run_dir`: the run directory the files end in, where
+    `out` is a stage); returns the files written."""
     from mosearch.report import html, plots
 
     out = Path(out)
@@ -24,5 +25,5 @@ def write_report_files(out: Path, plans: list[Plan], baselines: dict[str, Plan],
         written.append(plots.parallel_coordinates(F, knee, out / "parallel_coordinates.png"))
     if history:
         written.append(plots.hv_history(history, out / "hv_history.png"))
-    written.append(html.write_report(out / "report.html", plans, baselines, knee, title, subtitle))
+    written.append(html.write_report(out / "report.html", plans, baselines, knee, title, subtitle, run_dir))
     return written

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +27,21 @@ W, H = 760, 520
 PAD_L, PAD_R, PAD_T, PAD_B = 64, 20, 16, 52
 
 
-def _plan_record(p: Plan, baseline: str | None = None) -> dict:
+def spec_name(path: str, run_dir: Path) -> str:
+    """A spec file as the report names it: relative to the run directory where both lie under the
+    working directory, else by its file name, so the page carries no path of the machine that made
+    it (the plan files keep the full path, and the sha256 names the content)."""
+    p, run, cwd = Path(os.path.abspath(path)), Path(os.path.abspath(run_dir)), Path.cwd().resolve()
+    common = Path(os.path.commonpath([p, run]))
+    if common == cwd or cwd in common.parents:
+        return Path(os.path.relpath(p, run)).as_posix()
+    return p.name
+
+
+def _plan_record(p: Plan, run_dir: Path, baseline: str | None = None) -> dict:
     d = p.model_dump(mode="json")
+    for kind in ("cluster", "workload"):
+        d[kind]["path"] = spec_name(d[kind]["path"], run_dir)
     d["baseline"] = baseline
     d["gpus_text"] = gpu_summary(p)
     return d
@@ -298,7 +312,9 @@ window.addEventListener("load", () => {{
 
 
 def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee: int | None,
-                 title: str, subtitle: str) -> Path:
+                 title: str, subtitle: str, run_dir: Path | None = None) -> Path:
+    """report.html at `path`, naming spec files from `run_dir` (default: the page's folder)."""
+    run_dir = Path(path).parent if run_dir is None else Path(run_dir)
     figure, key = _svg(plans, baselines, knee)
     key_html = ""
     if key:
@@ -312,8 +328,8 @@ def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee
         key_html = f'<ul class="key">{"".join(items)}</ul>'
     text = PAGE.format(
         title=html.escape(title), subtitle=html.escape(subtitle), figure=figure, key=key_html,
-        plans=_script_json([_plan_record(p) for p in plans]),
-        baselines=_script_json([_plan_record(p, name) for name, p in baselines.items()]),
+        plans=_script_json([_plan_record(p, run_dir) for p in plans]),
+        baselines=_script_json([_plan_record(p, run_dir, name) for name, p in baselines.items()]),
         knee="null" if knee is None else int(knee),
         step_labels=_script_json({k: v for k, v in STEP_LABELS.items()
                                   if any(k in step_parts(p.predicted) for p in plans)}),

@@ -104,6 +104,24 @@ def roles_summary(plan: Plan) -> str:
     return "; ".join(parts)
 
 
+ROLES_NOTE = "roles: gen = generates (rollout), train = trains, both = the same GPUs do both in turn"
+
+
+def pool_roles(plan: Plan) -> str:
+    """'4 H100 train, 4 L40S gen' style: what each used pool does (gen, train, both: the same GPUs
+    in turn; a pool split between roles lists its counts), named by GPU type, by pool where two
+    used pools share a type."""
+    used = [p for p in plan.pools if p.used_gpus]
+    types = [p.gpu for p in used]
+    parts = []
+    for p in used:
+        name = p.pool if types.count(p.gpu) > 1 else p.gpu
+        roles = [(n, r) for n, r in ((p.shared_gpus, "both"), (p.rollout_gpus, "gen"), (p.train_gpus, "train")) if n]
+        what = roles[0][1] if len(roles) == 1 else "(" + ", ".join(f"{n} {r}" for n, r in roles) + ")"
+        parts.append(f"{p.used_gpus} {name} {what}")
+    return ", ".join(parts) or "none"
+
+
 def layout_summary(plan: Plan) -> str:
     t = plan.train
     extra = [t.sharding] + (["recompute"] if t.recompute else []) + (["opt offload"] if t.optimizer_offload else [])
@@ -124,21 +142,21 @@ def sort_plans(plans: list[Plan], sort: str) -> list[Plan]:
 
 
 def front_table(plans: list[Plan], baselines: dict[str, Plan], title: str, knee_id: str | None) -> Table:
-    t = Table(title=title, title_justify="left")
-    t.add_column("plan")
+    t = Table(title=title, title_justify="left", caption=ROLES_NOTE, caption_justify="left")
+    t.add_column("plan", no_wrap=True)
     for key, (head, _, _) in METRIC_COLUMNS.items():
         t.add_column(head, justify="right")
-    t.add_column("GPUs used")
+    t.add_column("GPUs and roles")
     t.add_column("mode")
     t.add_column("training layout")
     for p in plans:
         name = p.plan_id + (" (knee)" if p.plan_id == knee_id else "")
-        t.add_row(name, *[_fmt(p, k) for k in METRIC_COLUMNS], gpu_summary(p), mode_summary(p), layout_summary(p),
+        t.add_row(name, *[_fmt(p, k) for k in METRIC_COLUMNS], pool_roles(p), mode_summary(p), layout_summary(p),
                   style="bold" if p.plan_id == knee_id else None)
     if baselines:
         t.add_section()
         for name, p in baselines.items():
-            t.add_row(f"baseline: {name}", *[_fmt(p, k) for k in METRIC_COLUMNS], gpu_summary(p),
+            t.add_row(f"baseline: {name}", *[_fmt(p, k) for k in METRIC_COLUMNS], pool_roles(p),
                       mode_summary(p), layout_summary(p), style="dim")
     return t
 

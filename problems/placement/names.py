@@ -55,7 +55,7 @@ class Objective:
 # (results/bench/predictor_accuracy.md); memory 0.15 of a GPU (a front's spread in peak memory is
 # mostly vLLM's memory setting, searched over 0.30-0.95); staleness one policy version. Memory and
 # staleness were set with the 5% so that the default front stays at ~60 plans or fewer on the
-# shipped clusters and three of our own (benchmarks/front_size.py, results/bench/front_size.md).
+# shipped clusters and three of our own (mosearch/bench/front_size.py, results/bench/front_size.md).
 OBJECTIVES: tuple[Objective, ...] = (
     Objective("throughput", "throughput_samples_s", -1.0, 0.05, True, "samples/s", "throughput\n(samples/s)"),
     Objective("cost", "cost_usd_h", 1.0, 0.05, True, "$/h", "cost ($/h)"),

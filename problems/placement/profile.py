@@ -38,7 +38,7 @@ class Fitted(BaseModel):
     sync_gbs: float = Field(gt=0, description="weight-sync rate beyond the broadcast: packing and the engines' reload")
     sync_overhead_s: float = Field(ge=0)
     switch_s: float = Field(ge=0, description="colocated context switch, both directions")
-    # fitted from measured trainer runs (benchmarks/predictor_accuracy.py), not micro-benchmarks (RUN_FITTED)
+    # fitted from measured trainer runs (mosearch/bench/predictor_accuracy.py), not micro-benchmarks (RUN_FITTED)
     rollout_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per rollout call")
     rollout_sample_s: float = Field(default=0.0, ge=0, description="orchestration seconds per sample of an engine's share")
     train_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per training step")

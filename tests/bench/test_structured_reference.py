@@ -1,21 +1,18 @@
-"""The structured reference (benchmarks/structured_reference.py): the model properties its bounds
+"""The structured reference (mosearch/bench/structured_reference.py): the model properties its bounds
 rest on, checked on random plans, and its answer against brute force over its whole space on a
 cluster small enough to enumerate."""
 
 import itertools
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mosearch.bench import structured_reference as sr
+from problems.placement.problem import PlacementProblem
+from problems.placement.specs import load_cluster, load_workload
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import structured_reference as sr  # noqa: E402
-from problems.placement.problem import PlacementProblem  # noqa: E402
-from problems.placement.specs import load_cluster, load_workload  # noqa: E402
-
 BENCH = ROOT / "benchmarks"
 
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "predictor_accuracy.py"
-
 
 @pytest.fixture(scope="module")
 def pa():
-    spec = importlib.util.spec_from_file_location("predictor_accuracy", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from mosearch.bench import predictor_accuracy
+
+    return predictor_accuracy
 
 
 def test_step_throughputs_skip_the_first_step_and_eval_rows(pa, tmp_path):

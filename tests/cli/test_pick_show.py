@@ -149,3 +149,36 @@ def test_bad_resolution_is_an_input_error(mixed8_run, tmp_path, capsys, cmd):
     assert main([*argv, "--resolution", "memory=-1"]) == 2
     err = capsys.readouterr().err
     assert "--resolution" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pool_roles_name_what_each_used_pool_does(mixed8_run):
+    from mosearch.report.terminal import pool_roles
+
+    plan = load_run(mixed8_run).plans[0]
+    base = plan.pools[0]
+    pools = [base.model_copy(update={"pool": "H100@east", "gpu": "H100", "rollout_gpus": 0, "train_gpus": 0, "shared_gpus": 4}),
+             base.model_copy(update={"pool": "L40S@east", "gpu": "L40S", "rollout_gpus": 2, "train_gpus": 0, "shared_gpus": 0}),
+             base.model_copy(update={"pool": "L40S@west", "gpu": "L40S", "rollout_gpus": 1, "train_gpus": 3, "shared_gpus": 0}),
+             base.model_copy(update={"pool": "A10G@west", "gpu": "A10G", "rollout_gpus": 0, "train_gpus": 0, "shared_gpus": 0}),
+             base.model_copy(update={"pool": "T4@west", "gpu": "T4", "rollout_gpus": 0, "train_gpus": 8, "shared_gpus": 0})]
+    got = pool_roles(plan.model_copy(update={"pools": pools}))
+    # idle pools left out; a type used in two pools named by pool
+    assert got == "4 H100 both, 2 L40S@east gen, 4 L40S@west (1 gen, 3 train), 8 T4 train"
+
+
+def test_show_gives_each_plans_pool_roles(mixed8_run, capsys, monkeypatch):
+    from mosearch.report.terminal import pool_roles
+
+    import mosearch.report.terminal
+
+    monkeypatch.setattr(mosearch.report.terminal, "PIPE_WIDTH", 400)  # one table line per plan
+    run = load_run(mixed8_run)
+    assert main(["show", str(mixed8_run), "--limit", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "GPUs and roles" in out and "gen = generates (rollout)" in out
+    rows = {line.split("│")[1].split()[0]: line for line in out.splitlines() if line.startswith("│ p")}
+    assert len(rows) == 5
+    for p in run.plans:
+        if p.plan_id in rows:
+            assert pool_roles(p) in rows[p.plan_id]
+            assert any(w in pool_roles(p) for w in ("gen", "both"))  # every plan generates somewhere

@@ -151,7 +151,7 @@ def test_second_interrupt_stops_at_once(tmp_path):
 
 
 def test_time_limit_is_not_partial(tmp_path):
-    outcome = plan_run(MIXED8, QWEN7, tmp_path / "t", SearchSettings(time_s=1.0, pop_size=40, progress=False),
+    outcome = plan_run(MIXED8, QWEN7, tmp_path / "t", SearchSettings(evals=None, time_s=1.0, pop_size=40, progress=False),
                        report=False)
     r = outcome.result
     assert r.stop_reason == "time" and not r.partial

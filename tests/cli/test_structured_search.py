@@ -1,7 +1,6 @@
 """The structured extension of the search (pool-level seeds), canonical plans, and honest answers
 when no plan meets the limits."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +49,7 @@ def test_share_grid_samples_within_its_cap_and_keeps_single_pools():
 def test_structured_seeds_reach_the_structured_reference(tmp_path):
     """The seeds alone (before MaOEA-CS) against the reference's branch and bound, on a smaller
     cousin of the issue's cluster (the reference's time grows with the pools' sizes)."""
-    sys.path.insert(0, str(BENCH))
-    import structured_reference as sr
+    from mosearch.bench import structured_reference as sr
 
     cl = tmp_path / "c.yaml"
     cl.write_text("name: c\nregions:\n  r: {inter_node_gbs: 25}\nnode_groups:\n"

@@ -1,17 +1,11 @@
-"""benchmarks/rl_validation.py: which rows the targets score, and that a row's published engine settings reach
+"""mosearch/bench/rl_validation.py: which rows the targets score, and that a row's published engine settings reach
 the model."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import rl_validation as rv  # noqa: E402
+from mosearch.bench import rl_validation as rv
 
 
 def test_only_rows_with_published_samples_and_lengths_are_scored():

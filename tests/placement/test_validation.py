@@ -1,15 +1,13 @@
 """The validation script runs on the bundled measured data and decode meets its target."""
 
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_model_validation_table(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import model_validation
+    from mosearch.bench import model_validation
 
     out = tmp_path / "mv.md"
     assert model_validation.main(["--out", str(out)]) == 0

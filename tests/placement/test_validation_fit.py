@@ -2,19 +2,13 @@
 efficiencies in (0, 1], a fit that recovers known parameters, and the placement model using the
 same element-wise term."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from mosearch.bench import model_validation as mv
 from problems.placement.model.training import layer_elementwise_bytes, layer_fwd_flops
 
 from tests.placement.conftest import problem
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import model_validation as mv  # noqa: E402
 
 
 def test_layer_fwd_flops_matches_a_hand_count():

@@ -83,7 +83,15 @@ CLUSTER_CASES = {
     "node group in unknown region": (GOOD_CLUSTER.replace("region: west", "region: south"),
                                      "node_groups[1].region: unknown region 'south' (one of the regions: east, west)"),
     "unknown key": (GOOD_CLUSTER.replace("gpu: H100,", "gpu: H100, colour: red,"),
-                    "node_groups[0].colour: unknown key (remove it or check its spelling)"),
+                    "node_groups[0].colour: unknown key (known keys: name, gpu, nodes, gpus_per_node, region, "
+                    "intra_node, inter_node_gbs)"),
+    # a misspelt key is named with the nearest known one, not reported as its right spelling missing
+    "misspelt key": (GOOD_CLUSTER.replace("gpus_per_node: 8", "gpu_per_node: 8"),
+                     "node_groups[0].gpu_per_node: unknown key (did you mean gpus_per_node?)"),
+    "misspelt key of a mapping entry": (GOOD_CLUSTER.replace("east: {inter_node_gbs: 50}", "east: {inter_node_gb: 50}"),
+                                        "regions.east.inter_node_gb: unknown key (did you mean inter_node_gbs?)"),
+    "misspelt top-level key": (GOOD_CLUSTER.replace("node_groups:", "nodegroups:"),
+                               "nodegroups: unknown key (did you mean node_groups?)"),
     "not a mapping": ("- just\n- a list\n", "<root>: got list (a mapping: a cluster spec (see problems/clusters/))"),
     "new gpu type lacks figures": (GOOD_CLUSTER + "gpu_types:\n  X9: {tflops: 100}\n",
                                    "gpu_types.X9.memory_gb: missing for a GPU type not in the catalog "
@@ -110,6 +118,10 @@ WORKLOAD_CASES = {
                      "prompts_per_step: got 0 (a number > 0)"),
     "max below mean": (GOOD_WORKLOAD.replace("max: 1024", "max: 100"),
                        "response_len: max (100) is below mean (256)"),
+    "misspelt key": (GOOD_WORKLOAD.replace("prompt_len:", "prompt_length:"),
+                     "prompt_length: unknown key (did you mean prompt_len?)"),
+    "misspelt nested key": (GOOD_WORKLOAD.replace("{mean: 256, max: 1024}", "{mean: 256, maxi: 1024}"),
+                            "response_len.maxi: unknown key (did you mean max?)"),
     "kv heads do not divide heads": (GOOD_WORKLOAD.replace(
         "model: qwen2.5-1.5b",
         "model: {layers: 2, hidden: 128, heads: 4, kv_heads: 3, ffn: 256, vocab: 100}"),

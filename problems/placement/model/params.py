@@ -33,7 +33,7 @@ DEFAULTS = {
     # floor `layer_s`; `mosearch profile` fits it (train_overhead_s), 0 by default
     "microbatch_s": 0.0,
     # fixed time per transformer layer per training micro-batch (forward + backward: kernel launches,
-    # small-kernel inefficiency); the per-layer floor `c` benchmarks/model_validation.py fits from
+    # small-kernel inefficiency); the per-layer floor `c` mosearch/bench/model_validation.py fits from
     # measured layer times; 0 by default (catalog types with measured layers set it, see gpus.yaml)
     "layer_s": 0.0,
     # fixed orchestration time per rollout call (engine call + driver round trip) and per training

@@ -31,7 +31,7 @@ from problems.placement.model.memory import ENGINE_BATCHED_TOKENS, kv_budget_byt
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import pmax, pmin, psum
 
-# kernels of one decode step per layer whose floor the operator fit measured (benchmarks/model_validation.py:
+# kernels of one decode step per layer whose floor the operator fit measured (mosearch/bench/model_validation.py:
 # the q/k/v, output, MLP up and down projections and attention)
 DECODE_KERNELS_PER_LAYER = 5
 # HBM bytes per vocabulary entry the sampler moves for each running sequence and step, read off vLLM V1's

@@ -14,7 +14,7 @@ per executor (`mosearch plan --executor verl|areal|rlinf`) with the same seed an
   (what `mosearch plan --executor` prints).
 Figures are the performance model's predictions for GPU clusters, not measurements.
 
-Usage: python benchmarks/executors.py [--evals 3000] [--out results/bench/executors.md]
+Usage: python -m mosearch.bench.executors [--evals 3000] [--out results/bench/executors.md]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = Path(__file__).resolve().parents[2]
+INPUTS = ROOT / "benchmarks"  # clusters and workloads written for the benchmarks
 sys.path.insert(0, str(ROOT))
 
 SHIPPED = [("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"), ("mixed-64", "llama3.1-70b-ppo"),
@@ -41,7 +41,7 @@ EXECUTORS = ("verl", "areal", "rlinf")
 
 def _cluster_path(name: str) -> Path:
     p = ROOT / f"problems/clusters/{name}.yaml"
-    return p if p.is_file() else HERE / f"clusters/{name}.yaml"
+    return p if p.is_file() else INPUTS / f"clusters/{name}.yaml"
 
 
 def _search(cluster: Path, workload: Path, out: Path, executor: str, evals: int):
@@ -125,7 +125,7 @@ def write_table(rows: list[dict], args, wall: float) -> None:
     lines = [
         "# Fronts a team can run: executors' start-up code on every front plan, and what their rules cost",
         "",
-        f"Regenerate with `python benchmarks/executors.py --evals {args.evals} --out {args.out}` "
+        f"Regenerate with `python -m mosearch.bench.executors --evals {args.evals} --out {args.out}` "
         f"({wall:.0f} s on a shared 2-core machine, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; "
         f"x86_64, Python {platform.python_version()}).",
         "",

@@ -7,7 +7,7 @@
    from exhaustive enumeration (target >= 0.99) while evaluating at most 2% of the space. Both
    fronts are scored with the run's own normalisation (run.yaml: hv_normalisation).
 
-    python benchmarks/planner_targets.py [--seeds 1 2 3] [--skip-enumeration]
+    python -m mosearch.bench.planner_targets [--seeds 1 2 3] [--skip-enumeration]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from mosearch.planner.hv import HVScale  # noqa: E402
@@ -88,7 +88,7 @@ def main() -> int:
     args = ap.parse_args()
 
     lines = ["# Planner targets (issue 5)", "",
-             f"Measured by `python benchmarks/planner_targets.py` on {platform.machine()} "
+             f"Measured by `python -m mosearch.bench.planner_targets` on {platform.machine()} "
              f"({os.cpu_count()} cores shared with other work), Python {platform.python_version()}. "
              "`mosearch plan` with default settings (MaOEA-CS, seed 1, population 100, default evaluation budget); "
              "wall time is the whole command as a user runs it: start-up, seeding, search, front, plots and report. "
@@ -134,7 +134,9 @@ def main() -> int:
                       "| grid: HV ours / exact | grid ratio | met (grid >= 0.99, <= 2%) | wall s (raw run) |",
                       "|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
             ratios, more = [], []
-            from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
+            from mosearch.planner.search import SearchSettings
+
+            DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
 
             for seed in args.seeds:
                 wall, info = run_plan("mixed-8", Path(tmp) / f"mixed-8-{seed}", seed)

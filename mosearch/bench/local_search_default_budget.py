@@ -7,7 +7,7 @@ its structured stage and corner grid. Here both variants run exactly as `mosearc
 the hypervolume is the run's own (run.yaml: hypervolume, the planner's fixed normalisation of
 the scenario), so the two variants of a scenario and seed are comparable.
 
-Usage: python benchmarks/local_search_default_budget.py [--scenarios mixed-8:qwen2.5-7b-grpo ...]
+Usage: python -m mosearch.bench.local_search_default_budget [--scenarios mixed-8:qwen2.5-7b-grpo ...]
        [--seeds 1 2] [--out results/bench/local_search_default_budget.md]
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 SCENARIOS = ("mixed-8:qwen2.5-7b-grpo", "mixed-64:qwen2.5-32b-grpo", "h100-64:qwen2.5-7b-grpo")
@@ -36,9 +36,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/bench/local_search_default_budget.md")
     args = ap.parse_args(argv)
 
-    from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
     from mosearch.planner.run import plan_run
     from mosearch.planner.search import SearchSettings
+
+    DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
     from problems.atomic import atomic_write_text
 
     t0 = time.perf_counter()
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
     lines = [
         "# Adaptive local search at `mosearch plan`'s default budget",
         "",
-        f"Regenerate with `python benchmarks/local_search_default_budget.py --scenarios {' '.join(args.scenarios)} "
+        f"Regenerate with `python -m mosearch.bench.local_search_default_budget --scenarios {' '.join(args.scenarios)} "
         f"--seeds {' '.join(map(str, args.seeds))} --out {args.out}` ({time.perf_counter() - t0:.0f} s; one process, "
         f"`OMP_NUM_THREADS=1`, shared 2-core {platform.machine()} machine, Python {platform.python_version()}).",
         "",

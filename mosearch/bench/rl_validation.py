@@ -1,14 +1,14 @@
 """Validation of the performance model on published RL steps, published vLLM generation times and
 pairs of configurations on the same hardware, beside the training iterations and memory of
-benchmarks/e2e_validation.py.
+mosearch/bench/e2e_validation.py.
 
-    python benchmarks/rl_validation.py [--out results/bench/rl_validation.md]
+    python -m mosearch.bench.rl_validation [--out results/bench/rl_validation.md]
 
 Data: benchmarks/data/rl_published.csv (RL steps; a source per row: document, table, address) and
 benchmarks/data/vllm_published.csv (generation). Every prediction goes through the planner's model
 (`PlacementProblem.evaluate_matrix` for a step, `model.rollout.fixed_batch_s` for a fixed batch) with the
 GPU catalog as shipped. Nothing is fitted to these rows: the catalog's efficiencies come from per-layer
-and per-operator profiles (benchmarks/model_validation.py), the response-length shape from Seer's
+and per-operator profiles (mosearch/bench/model_validation.py), the response-length shape from Seer's
 published tail statistic (problems/placement/model/lengths.py); values a source does not publish are
 filled by the rules at the top of the CSV, the same for every row, and listed per row.
 """
@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from problems.placement.problem import PlacementProblem  # noqa: E402
 
@@ -124,9 +123,9 @@ def predict_generation(r: dict) -> float:
 
 
 def training_and_memory() -> dict:
-    """Medians of benchmarks/e2e_validation.py's rows (catalog efficiencies): iteration error, and the
+    """Medians of mosearch/bench/e2e_validation.py's rows (catalog efficiencies): iteration error, and the
     peak memory of the rows that publish it, allocated and reserved separately."""
-    import e2e_validation as e2e
+    from mosearch.bench import e2e_validation as e2e
 
     res = e2e.evaluate(e2e.load_rows(), {"catalog": {}})
     err = [abs(x["catalog_err"]) for x in res]
@@ -238,7 +237,7 @@ def main(argv=None) -> int:
            (f"peak memory, median abs. error vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
             TARGETS["memory_median"])]
     lines = ["# Validation on published RL runs, vLLM generation and paired configurations", "",
-             "Made by `python benchmarks/rl_validation.py`. Data: `benchmarks/data/rl_published.csv`, "
+             "Made by `python -m mosearch.bench.rl_validation`. Data: `benchmarks/data/rl_published.csv`, "
              "`benchmarks/data/vllm_published.csv` (document, table and address per row). Predicted by the planner's "
              "own model with the GPU catalog as shipped; error = predicted / measured - 1 (negative: predicted too "
              "fast). **Nothing is fitted to these rows** (what was fitted on what: last section). The targets are "
@@ -291,7 +290,7 @@ def main(argv=None) -> int:
                      f"{pct(r['err'])} |")
     gerr = [abs(r["err"]) for r in gens]
     lines.append(f"\nGeneration: median abs. error {np.median(gerr) * 100:.1f}% over {len(gens)} rows.")
-    lines += ["", "## Peak memory (benchmarks/e2e_validation.py rows that publish it)", "",
+    lines += ["", "## Peak memory (mosearch/bench/e2e_validation.py rows that publish it)", "",
               "| row | measured GB | allocated GB | error | reserved GB | error |", "|---|---|---|---|---|---|"]
     for rid, m, p in tm["memory"]:
         lines.append(f"| {rid} | {m:.1f} | {p['allocated']:.1f} | {pct(p['allocated'] / m - 1)} | {p['reserved']:.1f} | "
@@ -309,7 +308,7 @@ NOTES = """
 ## What was fitted on what
 
 - Training efficiencies (mfu, element-wise bandwidth share, per-layer floor): per-layer profiles of
-  Sailor and Aceso (`benchmarks/model_validation.py`), per GPU type; none on these rows.
+  Sailor and Aceso (`mosearch/bench/model_validation.py`), per GPU type; none on these rows.
 - Inference efficiencies (prefill_eff, decode_eff, kernel floor): vidur's per-operator profiles (H100,
   A100, A40), same script; other GPU types their generation's prior (`data/generations.yaml`).
 - Not fitted, taken from a published measurement or a library's code (`model/params.py`, `model/rollout.py`,
@@ -343,7 +342,7 @@ NOTES = """
   pair needs an unpublished mean length. Those pairs (verl's asynchronous tables, AReaL's blog) are reported
   outside the targets: verl's own update_actor times imply about 1.3K-token responses where the rule puts
   14K, so their predicted ratios measure the rule.
-- Training iterations (benchmarks/e2e_validation.py): torchtitan's rows stay 12-30% too fast. The diagnosis
+- Training iterations (mosearch/bench/e2e_validation.py): torchtitan's rows stay 12-30% too fast. The diagnosis
   that FSDP's overlap is what is missing does not hold: the 8-GPU rows (one node, 8 ms of exposed FSDP traffic
   predicted) are as far off as the 128-GPU rows (-26% eager, -14% compiled), and the compiled rows are 15%
   faster than the eager ones, the element-wise kernels torch.compile fuses and the model counts as fused

@@ -3,10 +3,10 @@
 For each (cluster, workload) in CASES (clusters and workloads under benchmarks/, none shipped)
 and each budget level (no limit, half and a quarter of the whole cluster's $/h), the fastest
 plan of the default search's front within the budget is compared with the structured
-reference's fastest (benchmarks/structured_reference.py, branch and bound over pool roles x
+reference's fastest (mosearch/bench/structured_reference.py, branch and bound over pool roles x
 engine TP x training layout x mode). Target: within 2% on every case, budget and seed.
 
-Usage: python benchmarks/structured_targets.py [--seeds 1 2 3] [--out results/bench/structured.md]
+Usage: python -m mosearch.bench.structured_targets [--seeds 1 2 3] [--out results/bench/structured.md]
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from mosearch.bench.structured_reference import StructuredReference
 
-from structured_reference import StructuredReference  # noqa: E402
+INPUTS = Path(__file__).resolve().parents[2] / "benchmarks"  # clusters and workloads written for the benchmarks
 
 CASES = (
     ("issue-h100-a10g-4090", "qwen2.5-14b-grpo-4k"),
@@ -53,15 +52,16 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", nargs="+", help="only these clusters (names in CASES)")
     args = ap.parse_args(argv)
 
-    from mosearch.commands.plan import DEFAULT_EVALS, DEFAULT_POP
     from mosearch.planner.run import plan_run
     from mosearch.planner.search import SearchSettings
+
+    DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
     from problems.placement.problem import PlacementProblem
 
     rows, misses, walls = [], 0, []
     cases = [c for c in CASES if not args.cases or c[0] in args.cases]
     for cname, wname in cases:
-        cpath, wpath = HERE / "clusters" / f"{cname}.yaml", HERE / "workloads" / f"{wname}.yaml"
+        cpath, wpath = INPUTS / "clusters" / f"{cname}.yaml", INPUTS / "workloads" / f"{wname}.yaml"
         problem = PlacementProblem.from_files(cpath, wpath)
         t0 = time.perf_counter()
         ref = StructuredReference(problem)
@@ -100,10 +100,10 @@ def main(argv=None) -> int:
     lines = [
         "# Default `mosearch plan` against the structured reference",
         "",
-        f"Regenerate: `python benchmarks/structured_targets.py --seeds {seeds} --out {args.out}`",
+        f"Regenerate: `python -m mosearch.bench.structured_targets --seeds {seeds} --out {args.out}`",
         "",
         "Clusters and workloads: `benchmarks/clusters/`, `benchmarks/workloads/` (written for this check, none "
-        "shipped). Reference: `benchmarks/structured_reference.py`, the fastest feasible plan within the budget "
+        "shipped). Reference: `mosearch/bench/structured_reference.py`, the fastest feasible plan within the budget "
         "by branch and bound over pool roles x per-pool engine TP x training layout x mode (its space and the "
         "properties of the model it relies on are in its docstring). Search: the default `mosearch plan` "
         f"({DEFAULT_EVALS} evaluations), its front's fastest plan within the budget, as a share of the "

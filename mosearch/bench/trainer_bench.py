@@ -1,12 +1,12 @@
 """Trainer benchmark: does the demo learn, how fast is it against TRL, async vs sync.
 
-    python benchmarks/trainer_bench.py [--minutes 10] [--steps 20] [--out results/bench]
+    python -m mosearch.bench.trainer_bench [--minutes 10] [--steps 20] [--out results/bench]
 
 1. Learning: the `mosearch demo` stages with the demo's own defaults (plan the local cluster, pick
    the knee, train the tiny model on arithmetic), held-out reward every few steps, until the demo's
    step count or the time budget ends. Writes trainer_reward_curve.png.
 2. Speed, in one run on the same tiny model and task: our synchronous trainer against TRL's
-   GRPOTrainer (benchmarks/trl_compare.py, a separate process) at the demo's batch shape, and our
+   GRPOTrainer (mosearch/bench/trl_compare.py, a separate process) at the demo's batch shape, and our
    async mode (k=2) against sync at a shape where rollout and training take comparable time.
 
 Needs the `compare` extra (pinned TRL and datasets; ./setup.sh installs it). Writes
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 PLAN = ROOT / "tests" / "trainer" / "data" / "local_plan.yaml"
 
@@ -135,7 +135,7 @@ def throughput(tmp: Path, mode: str, k: int, chunks: int, steps: int, shape: dic
 def trl(tmp: Path, steps: int, shape: dict, use_vllm: bool) -> dict:
     """TRL's GRPOTrainer in its own process (it must not share our Ray session or vLLM engine)."""
     out = tmp / f"trl-{'vllm' if use_vllm else 'hf'}.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_compare.py"), "--steps", str(steps), "--json", str(out),
+    cmd = [sys.executable, "-m", "mosearch.bench.trl_compare", "--steps", str(steps), "--json", str(out),
            "--prompts-per-step", str(shape["prompts_per_step"]), "--group-size", str(shape["group_size"]),
            "--max-new-tokens", str(shape["max_new_tokens"]), "--lr", str(shape["lr"]),
            "--temperature", str(shape["temperature"]), "--warm-start-steps", str(shape["warm_start_steps"])]
@@ -200,7 +200,7 @@ def main() -> None:
     # the command as it reproduces the figures: where the outputs and work files go does not change them
     shown = [a for i, a in enumerate(sys.argv[1:]) if a not in ("--out", "--work")
              and (i == 0 or sys.argv[i] not in ("--out", "--work"))]
-    cmd = "python benchmarks/trainer_bench.py " + " ".join(shown)
+    cmd = "python -m mosearch.bench.trainer_bench " + " ".join(shown)
     lines = ["# Trainer benchmark", "",
              f"Measured by `{cmd.strip()}` on {platform.machine()} CPU, {os.cpu_count()} cores shared with other jobs, "
              "no GPU; Ray local, vLLM CPU build, fp32. Load average (1/5/15 min) is noted per part: speeds are noisy.",

@@ -1,6 +1,6 @@
 """Validate the placement model's compute formulas against measured GPU timings.
 
-    python benchmarks/model_validation.py [--out results/bench/model_validation.md]
+    python -m mosearch.bench.model_validation [--out results/bench/model_validation.md]
 
 Training: per-layer forward+backward time of one micro-batch (Sailor hook profiles; Aceso op
 sums), predicted as matmul FLOPs / (tp x dtype peak x eff_c) + element-wise HBM bytes /
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from problems.placement.model.comm import ring_allreduce_s  # noqa: E402
@@ -399,7 +399,7 @@ def report(results) -> str:
     lines = [
         "# Performance-model validation against measured GPU timings",
         "",
-        "Made by `python benchmarks/model_validation.py`. Data: `problems/placement/data/measured/`",
+        "Made by `python -m mosearch.bench.model_validation`. Data: `problems/placement/data/measured/`",
         "(Sailor and Aceso per-layer training profiles, vidur per-operator inference profiles; every row",
         "keeps its `source`). Errors are |predicted / measured - 1|.",
         "",
@@ -429,7 +429,7 @@ def report(results) -> str:
         "RTX-3090 beyond a pair), so the topology adds no parameter; A100-40 and A100-80 (one",
         "chip) share eff_c, eff_m, c. Sources and dtypes of one GPU type share them. In the placement",
         "model eff_c is the catalog `mfu`, eff_m its `train_fit.elementwise_eff` and c its `train_fit.layer_s`",
-        "(gpus.yaml source LAYERS; benchmarks/e2e_validation.py checks them on whole published iterations).",
+        "(gpus.yaml source LAYERS; mosearch/bench/e2e_validation.py checks them on whole published iterations).",
         "Inference: `prefill_eff`, `decode_eff` and a per-kernel floor `c` per GPU (grid search on mean",
         "squared log error) with rollout.py's operator rooflines.",
         "**Held-out** columns leave one model out of every GPU type that shares its parameters, refit on",

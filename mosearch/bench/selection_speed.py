@@ -1,6 +1,6 @@
 """Time one MaOEA-CS environmental selection: 2N = 500 candidates, N = 250 survivors, M = 10.
 
-    python benchmarks/selection_speed.py [--m 10] [--n 250] [--repeats 50]
+    python -m mosearch.bench.selection_speed [--m 10] [--n 250] [--repeats 50]
 
 The candidates are a late-run-like population: 2N points near a 10-objective simplex
 front with small noise, so the first front is larger than N and the full path runs

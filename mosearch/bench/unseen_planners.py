@@ -5,7 +5,7 @@ Same protocol as `mosearch bench planners` (mosearch/bench/scenarios.py): an equ
 evaluations per run, the corner grid counted inside the planner's budget, hypervolume with the
 scenario's fixed normalisation computed from the corner grid (seed 0) before any method runs,
 median over seeds 1..S. Scenarios: the clusters and workloads under benchmarks/ that
-benchmarks/structured_targets.py checks (written for that check; none is in the planner bench).
+mosearch/bench/structured_targets.py checks (written for that check; none is in the planner bench).
 
 Methods:
 - planner: what `mosearch plan` searches (SearchSettings defaults: the local search hands the
@@ -14,23 +14,21 @@ Methods:
   the grid, its schedule on that part, then Pareto local search on the last 25%);
 - AGE-MOEA-II (pymoo), NSGA-III (DEAP), NSGA-III (pymoo): the bench's strongest rivals there.
 
-Usage: python benchmarks/unseen_planners.py [--seeds 5] [--evals 3000] [--out results/bench/unseen_planners.md]
+Usage: python -m mosearch.bench.unseen_planners [--seeds 5] [--evals 3000] [--out results/bench/unseen_planners.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from mosearch.bench.structured_targets import CASES
 
-from structured_targets import CASES  # noqa: E402
+INPUTS = Path(__file__).resolve().parents[2] / "benchmarks"  # clusters and workloads written for the benchmarks
 
 METHODS = {
     "planner": "planner (ours, adaptive local search)",
@@ -69,7 +67,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows, wins, wins_fixed, ratio = [], 0, 0, []
     for cname, wname in CASES:
-        problem = PlacementProblem.from_files(HERE / "clusters" / f"{cname}.yaml", HERE / "workloads" / f"{wname}.yaml")
+        problem = PlacementProblem.from_files(INPUTS / "clusters" / f"{cname}.yaml", INPUTS / "workloads" / f"{wname}.yaml")
         ref = sc.reference(problem)
         if not ref.feasible:
             print(f"{cname} x {wname}: no feasible corner-grid plan; skipped", flush=True)
@@ -90,14 +88,14 @@ def main(argv=None) -> int:
     lines = [
         "# Planner search quality on clusters outside the planner bench",
         "",
-        f"Regenerate with `python benchmarks/unseen_planners.py --seeds {args.seeds} --evals {args.evals} "
+        f"Regenerate with `python -m mosearch.bench.unseen_planners --seeds {args.seeds} --evals {args.evals} "
         f"--out {args.out}` ({time.perf_counter() - t0:.0f} s; one process, `OMP_NUM_THREADS=1`, "
         f"{platform.machine()}, Python {platform.python_version()}).",
         "",
         f"- Budget: {args.evals:,} evaluations per run, seeds 1..{args.seeds}; the protocol of "
         "`mosearch bench planners` (corner grid counted in the planner's budget; fixed per-scenario "
         "hypervolume normalisation from the corner grid, seed 0; exact 4-D HV, reference point 1.1).",
-        "- Scenarios: the clusters and workloads of `benchmarks/structured_targets.py` (under `benchmarks/`).",
+        "- Scenarios: the clusters and workloads of `mosearch/bench/structured_targets.py` (under `benchmarks/`).",
         f"- The planner's median HV is at least the best rival's on **{wins}/{n}**; with the fixed local "
         f"search on {wins_fixed}/{n}. Planner / fixed local search: geometric mean "
         f"{float(np.exp(np.mean(np.log(ratio)))) if ratio else float('nan'):.3f} "

@@ -1,13 +1,13 @@
 """End-to-end check of the performance model: published training iterations against `predict_training`.
 
-    python benchmarks/e2e_validation.py [--out results/bench/e2e_validation.md]
+    python -m mosearch.bench.e2e_validation [--out results/bench/e2e_validation.md]
 
 Rows: benchmarks/data/e2e_published.csv (each with its source URL and table). The measured iteration
 time is derived from the published figure (Megatron's TFLOP/s per GPU through its own FLOP count,
 or tokens/s/GPU). Predictions use `problems.placement.predict.predict_training`, the code path the
 planner scores plans with, under two sets of per-GPU efficiencies, neither fitted to these rows:
 - catalog: the GPU catalog as shipped: mfu, train_fit.elementwise_eff and train_fit.layer_s are the
-  per-GPU-type fit of benchmarks/model_validation.py on measured per-layer times (Sailor and Aceso
+  per-GPU-type fit of mosearch/bench/model_validation.py on measured per-layer times (Sailor and Aceso
   profiles; H100 takes the GH200 fit: the same GH100 die, 989 dense BF16 TFLOP/s both); the script
   refits them and prints the largest difference to the catalog's rounded figures;
 - published-MFU defaults: what the catalog held before (a whole-run MFU from published ranges as
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from problems.placement.predict import TrainingJob, predict_training  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "e2e_published.csv"
-# measured-set GPU (benchmarks/model_validation.py chips) whose per-layer fit stands for a catalog type
+# measured-set GPU (mosearch/bench/model_validation.py chips) whose per-layer fit stands for a catalog type
 FIT_FOR = {"A100-80G": "A100", "A100-40G": "A100", "H100": "GH-96", "H200": "GH-96", "GH200": "GH-96", "V100": "V100-16",
            "RTX-3090": "RTX-3090", "RTX-2080Ti": "RTX-2080", "Titan-RTX": "Titan-RTX"}
 
@@ -81,8 +81,8 @@ def job_of(r: dict, efficiencies: dict) -> TrainingJob:
 
 
 def per_layer_efficiencies() -> dict[str, dict[str, float]]:
-    """{catalog GPU type: {mfu, decode_eff, layer_s}} from benchmarks/model_validation.py's fit."""
-    import model_validation as mv
+    """{catalog GPU type: {mfu, decode_eff, layer_s}} from mosearch/bench/model_validation.py's fit."""
+    from mosearch.bench import model_validation as mv
 
     rows = mv.training_rows()
     X = mv.training_features(rows)
@@ -140,14 +140,14 @@ def evaluate(rows, fits) -> list[dict]:
 def report(results, fits, gap) -> str:
     names = list(fits)
     lines = ["# End-to-end validation: published training iterations vs the model", "",
-             "Made by `python benchmarks/e2e_validation.py`. Rows: `benchmarks/data/e2e_published.csv` (source URL",
+             "Made by `python -m mosearch.bench.e2e_validation`. Rows: `benchmarks/data/e2e_published.csv` (source URL",
              "and table per row). Measured iteration = the published figure converted with the source's own",
              "FLOP count (Megatron: 96 B s l h^2 (1 + s/6h + V/16lh) per iteration) or tokens/s/GPU. Predicted:",
              "`problems.placement.predict.predict_training`, the code path `mosearch predict` and the planner use.",
              "Error = predicted / measured - 1 (negative: predicted too fast). Nothing is fitted to these rows.",
              "",
              "Efficiency sets: **catalog** = the GPU catalog as shipped, whose training figures (mfu, element-wise",
-             "bandwidth share, per-layer floor) are `benchmarks/model_validation.py`'s fit on measured per-layer times",
+             "bandwidth share, per-layer floor) are `mosearch/bench/model_validation.py`'s fit on measured per-layer times",
              "(H100 uses the GH200 fit; refitted now: " + "; ".join(
                  f"{g}: mfu {v['mfu']:.2f}, elementwise {v['elementwise_eff']:.2f}, floor {v['layer_s'] * 1e3:.2f} ms"
                  for g, v in PER_LAYER.items() if any(x['row']['gpu'] == g for x in results))
@@ -316,7 +316,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "results/bench/e2e_validation.md"))
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     PER_LAYER.update(per_layer_efficiencies())
     fits = {"catalog": {}, "published-MFU defaults": published_mfu_defaults()}
     results = evaluate(load_rows(), fits)

@@ -1,6 +1,6 @@
 """Predicted vs measured on this machine: profile, plan, train, compare.
 
-    python benchmarks/predictor_accuracy.py [--profile profiles/local.yaml] [--steps 8]
+    python -m mosearch.bench.predictor_accuracy [--profile profiles/local.yaml] [--steps 8]
 
 1. Profiles the local device with `mosearch profile` (unless --profile names an existing file).
 2. Builds the local cluster with that profile and scores a set of distinct plans (colocated,
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from problems.atomic import atomic_write_text  # noqa: E402
@@ -280,7 +280,7 @@ def main() -> int:
     lines = [
         "# Predictor accuracy: calibrated model vs measured training runs (this machine)",
         "",
-        f"Regenerate: `python benchmarks/predictor_accuracy.py --steps {args.steps}"
+        f"Regenerate: `python -m mosearch.bench.predictor_accuracy --steps {args.steps}"
         f"{' --keep-profile' if args.keep_profile else ''}` (it runs "
         "`mosearch profile --out profiles/local.yaml` first when that file is missing). "
         f"Cluster `local` ({base.cluster.pools[0].count} cpu-local devices) with that profile, workload "

@@ -1,6 +1,6 @@
 """Weight sync: the collective broadcast against the object-store path, and the model's sync_s.
 
-    python benchmarks/weight_sync_bench.py [--syncs 21] [--repeats 3] [--out results/bench]
+    python -m mosearch.bench.weight_sync_bench [--syncs 21] [--repeats 3] [--out results/bench]
 
 For the tiny model and a ~50M-parameter Qwen2-style model built locally (random weights, the tiny
 tokenizer's vocabulary), one training rank and two vLLM engines on Ray (one region, as on the
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import psutil  # a dependency of vLLM
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # ~50M parameters: 12 layers x (4 x 512^2 attention + 3 x 512 x 2048 MLP) = 50.3M (+ embeddings)
@@ -179,7 +179,7 @@ def main() -> int:
     load1 = os.getloadavg()[0]
     ray.shutdown()
     lines = ["# Weight sync: broadcast vs object store, measured vs the model", "",
-             f"`python benchmarks/weight_sync_bench.py --syncs {args.syncs} --bucket-mb {args.bucket_mb:g} --repeats "
+             f"`python -m mosearch.bench.weight_sync_bench --syncs {args.syncs} --bucket-mb {args.bucket_mb:g} --repeats "
              f"{args.repeats}`: one training rank and one or two vLLM engines (CPU, fp32) on local Ray, route direct; "
              f"median of {args.syncs} syncs per path, then the median over {args.repeats} repeats, each with fresh "
              "actors (measured / model: that median, then in brackets the lowest and highest repeat); "

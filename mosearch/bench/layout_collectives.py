@@ -1,6 +1,6 @@
 """Where one training step of each executed layout spends its time on CPU (gloo, 2 ranks).
 
-    python benchmarks/layout_collectives.py [--repeats 3] [--out results/bench/layout_collectives.md]
+    python -m mosearch.bench.layout_collectives [--repeats 3] [--out results/bench/layout_collectives.md]
 
 Each layout (dp 2, tp 2, pp 2, zero3 dp 2, and one rank alone) runs as plain processes over gloo,
 one OpenMP thread each (as the trainer's Ray actors do). Every rank builds a `TrainWorker` on the
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 SAMPLES, PROMPT, COMPLETION, MICRO = 128, 16, 6, 4
@@ -162,7 +162,7 @@ def main() -> int:
         print(name, json.dumps(res[name]), flush=True)
     load1 = os.getloadavg()
     lines = ["# One training step per layout on CPU: where the time goes (gloo, 2 ranks)", "",
-             f"`python benchmarks/layout_collectives.py --repeats {args.repeats}`: the tiny model, the tiny-grpo step "
+             f"`python -m mosearch.bench.layout_collectives --repeats {args.repeats}`: the tiny model, the tiny-grpo step "
              f"({SAMPLES} samples, prompt {PROMPT}, completion {COMPLETION}, micro-batch {MICRO}) as `TrainWorker` "
              "runs it (accumulate + apply), one OpenMP thread per rank; step = median of the timed steps on rank 0; "
              "collectives counted on rank 0 over one profiled step (torch profiler, c10d ops; the functional "

@@ -1,6 +1,6 @@
 """Which plans of a shipped front change rank when the performance model changes.
 
-    python benchmarks/front_rank_change.py [--before REV] [--out results/bench/front_rank_change.md]
+    python -m mosearch.bench.front_rank_change [--before REV] [--out results/bench/front_rank_change.md]
 
 For each (cluster, workload) below: the planner of revision `--before` (its `mosearch`, `problems` and
 `trainer` packages, taken with `git archive` into a temporary directory) searches the front with its
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = (("problems/clusters/mixed-64.yaml", "problems/workloads/qwen2.5-7b-grpo.yaml"),
          ("problems/clusters/h100-64.yaml", "problems/workloads/llama3.1-70b-ppo.yaml"))
 KEYS = ("throughput_samples_s", "usd_per_1k_samples", "rollout_s", "train_s", "step_s", "peak_mem_frac")
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     here = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True,
                           text=True).stdout.strip()
     lines = ["# Plans of shipped fronts whose rank changes with the model", "",
-             f"Made by `python benchmarks/front_rank_change.py --before {rev}`: the front the planner of "
+             f"Made by `python -m mosearch.bench.front_rank_change --before {rev}`: the front the planner of "
              f"{rev} finds with its defaults, each plan scored by that revision's model (before) and "
              f"by this checkout's (after, HEAD {here} plus uncommitted changes). Ranks: 1 = highest throughput / "
              "lowest $ per 1,000 samples among the front's plans.", ""]
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
                         "--cluster", str(ROOT / cluster), "--workload", str(ROOT / workload), "--out", str(run),
                         "--quiet", "--no-report", "--jobs", "1"])
             ids = [p["plan_id"] for p in json.loads((run / "front.json").read_text())["plans"]]
-            code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import front_rank_change as f; "
+            code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import front_rank_change as f; "
                     f"import problems; assert problems.__file__.startswith(sys.argv[1]); print(json.dumps(f.score({str(run / 'plans')!r}, {ids!r})))")
             before = json.loads(_run(base, ["-c", code, str(base)]))
             after = json.loads(_run(ROOT, ["-c", code, str(ROOT)]))

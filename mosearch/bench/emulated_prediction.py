@@ -4,7 +4,7 @@ this machine's CPU profile, the devices time-sharing its cores), and set against
 measurement. Beside it, for scale, the same workload's plan for this machine (`local`), which runs
 as planned.
 
-    python benchmarks/emulated_prediction.py [--steps 10] [--out results/bench/emulated_prediction.md]
+    python -m mosearch.bench.emulated_prediction [--steps 10] [--out results/bench/emulated_prediction.md]
 
 Both runs train the demo's shape (tiny model, 64 prompts x 16 samples, responses <= 4 tokens, 4
 updates per step; `mosearch/commands/demo.py`), without the warm start (speed does not depend on it;
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE = ["--prompts-per-step", "64", "--group-size", "16", "--max-new-tokens", "4", "--mini-batches", "4",
          "--eval-every", "0", "--checkpoint-every", "0", "--no-progress"]
 CASES = [("emulated: mixed-8 knee", "problems/clusters/mixed-8.yaml", ["--emulate"]),
@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="emupred-") as tmp:
         rows = [case(Path(tmp), *c, args.steps) for c in CASES]
-    cmd = "python benchmarks/emulated_prediction.py" + (f" --steps {args.steps}" if args.steps != 10 else "")
+    cmd = "python -m mosearch.bench.emulated_prediction" + (f" --steps {args.steps}" if args.steps != 10 else "")
     lines = [f"`{cmd}` ({args.steps} steps each; the first step, engine warm-up, is left out of the means)", "",
              "| run | plan (mode) | what ran | " + " | ".join(f"{f} predicted / measured (error)" for f in FIGURES)
              + " | load average before / after |", "|" + "---|" * (4 + len(FIGURES))]

@@ -1,6 +1,6 @@
 """Write the generated benchmark clusters (256 to 4096 GPUs, 4 to 32 pools) as cluster YAML files.
 
-Usage: python benchmarks/gen_clusters.py OUT_DIR
+Usage: python -m mosearch.bench.gen_clusters OUT_DIR
 `mosearch bench planners` generates them itself into a temporary folder; this script is for
 inspecting or planning on them by hand (`mosearch plan --cluster OUT_DIR/gen-4096-p32.yaml ...`).
 """

@@ -1,6 +1,6 @@
 """Structured reference: the fastest feasible plan under a budget, by branch and bound over a
 structured space, for clusters of up to about four pools. The ground truth `mosearch plan` is
-measured against (benchmarks/structured_targets.py), beside the mixed-8 full enumeration.
+measured against (mosearch/bench/structured_targets.py), beside the mixed-8 full enumeration.
 
 The space S:
 - per pool, training GPUs t and generating GPUs r on the grid `count_grid` (every count up to

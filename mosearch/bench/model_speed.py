@@ -1,6 +1,6 @@
 """Plans evaluated per second by the placement model, per shipped cluster, on one core.
 
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/model_speed.py [--out results/bench/model_speed.md]
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python -m mosearch.bench.model_speed [--out results/bench/model_speed.md]
 
 Times `problem._evaluate` (what pymoo calls: repair check + model + constraints) on repaired random
 populations of 10,000 plans, best of 5 repeats; also the repair alone.
@@ -18,7 +18,7 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from problems.placement import PlacementProblem  # noqa: E402
@@ -56,7 +56,7 @@ def main(n: int = 10_000, out_path: str | None = None) -> None:
         load = "/".join(f"{x:.1f}" for x in os.getloadavg())
         atomic_write_text(out_path, "\n".join([
             "# Placement model speed", "",
-            "Made by `python benchmarks/model_speed.py --out results/bench/model_speed.md`: plans per second of "
+            "Made by `python -m mosearch.bench.model_speed --out results/bench/model_speed.md`: plans per second of "
             f"`PlacementProblem._evaluate` (repair check + model + constraints) on repaired random populations of "
             f"{n:,} plans, best of 5 repeats, one thread, on this 2-core x86_64 machine (load average {load} at the end).",
             "", "| cluster | workload | pools | variables | evaluate plans/s | repair plans/s |", "|---|---|---|---|---:|---:|",

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer on the same tiny model and task as our trainer: its tokens/s, for the side by side.
 
-    python benchmarks/trl_compare.py --steps 12 --json out.json [--vllm]
+    python -m mosearch.bench.trl_compare --steps 12 --json out.json [--vllm]
 
 Same model (the cached `tiny`, warm-started exactly as our driver does), same task and prompts
 (`<bos>` + prompt, as our driver encodes them), same batch (prompts x group), response cap,
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

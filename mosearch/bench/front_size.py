@@ -5,7 +5,7 @@ results/bench/front_size.md: plans found (front_all.csv), plans on the default f
 (front.csv), on a finer front (2% throughput and cost, 0.05 memory, 0.25 staleness) for
 comparison, the size of report.html, and the wall time of the run.
 
-    python benchmarks/front_size.py [--out results/bench/front_size.md] [--evals N]
+    python -m mosearch.bench.front_size [--out results/bench/front_size.md] [--evals N]
 
 About 8 minutes on a 2-core machine.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from mosearch import decide  # noqa: E402
@@ -74,7 +74,7 @@ def main_(argv=None) -> int:
     lines = [
         "# Front size: plans a person reads",
         "",
-        f"Regenerate: `python benchmarks/front_size.py{' --evals ' + str(args.evals) if args.evals else ''}` "
+        f"Regenerate: `python -m mosearch.bench.front_size{' --evals ' + str(args.evals) if args.evals else ''}` "
         "(about 8 minutes on 2 cores).",
         "",
         f"`mosearch plan` with its defaults (seed 1). *found*: every non-dominated plan of the search "
