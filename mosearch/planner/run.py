@@ -38,7 +38,7 @@ PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "
 @dataclass
 class PlanOutcome:
     out: Path
-    plans: list[Plan]  # every non-dominated plan found (front_all.csv)
+    plans: list[Plan]  # the plans found (front_all.csv: non-dominated, less those `decide.found_front` drops)
     baselines: dict[str, Plan]
     knee: int | None  # into plans
     result: SearchResult
@@ -67,8 +67,10 @@ def build_problem(cluster: str, workload: str, limits: Limits, executor: str | N
                                        executor=executor, **kw)
 
 
-def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
-    """Archive -> canonical plans (`canonical.py`), fastest first, named p000, p001, ...
+def decode_front(problem, X: np.ndarray, F: np.ndarray, resolution: np.ndarray | None = None) -> list[Plan]:
+    """Archive -> canonical plans (`canonical.py`), fastest first, named p000, p001, ...;
+    with `resolution`, less those another beats by more than it in throughput and cost
+    (`decide.found_front`).
 
     The whole front is scored in one vectorised call (as `problem.decode` does one plan at a
     time). Without the model's lifetime-planned memory peak: it replays one training
@@ -81,6 +83,9 @@ def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
     order = np.lexsort((r["cost_usd_h"][keep], -r["throughput_samples_s"][keep]))  # fastest, then cheapest
     R = R[order]
     r = {k: v[keep][order] for k, v in r.items()}
+    if resolution is not None and len(R):
+        kept = decide.found_front(np.column_stack([r[c] for c in decide.COLUMNS]), resolution)
+        R, r = R[kept], {k: v[kept] for k, v in r.items()}
     plans = []
     for i in range(len(R)):
         pred = {k: float(v[i]) for k, v in r.items()}
@@ -239,7 +244,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
 
-    plans = decode_front(problem, result.X, result.F)
+    plans = decode_front(problem, result.X, result.F, resolution)
     baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
     F = results.objective_matrix(plans)
     knee = decide.knee(F, resolution) if len(plans) else None
