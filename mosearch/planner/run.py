@@ -140,17 +140,28 @@ def no_feasible(problem, result: SearchResult, limits: Limits) -> NoFeasiblePlan
 
 
 def _proof(problem, limits: Limits) -> str | None:
-    from problems.placement.explain import structural_infeasibility
+    from problems.placement.explain import limit_infeasibility, structural_infeasibility
 
     reason = structural_infeasibility(problem.cluster, problem.workload, problem.efficiencies or None)
     if reason:
         return reason
-    if limits.max_cost is not None:
-        cheapest = min(problem.cluster.pools, key=lambda p: p.gpu.price_usd_h)
-        if cheapest.gpu.price_usd_h > limits.max_cost:
-            return (f"every plan runs on at least one GPU and the cheapest, {cheapest.gpu.name}, costs "
-                    f"{cheapest.gpu.price_usd_h:g} $/h > {limits.max_cost:g} $/h")
-    return None
+    hit = limit_infeasibility(problem, limits.max_cost, limits.max_mem_frac)
+    return f"{hit[0]} {hit[1]}" if hit else None
+
+
+def check_proven_infeasible(problem, limits: Limits) -> None:
+    """Before any search: a proof that no plan can run (the model fits no GPU: NoFeasiblePlan,
+    exit 1) or that a limit given cannot be met (a lower bound over every plan above it: the
+    limit is the bad input, exit 2, with the figure it would need). Only proofs, never guesses."""
+    from problems.placement.explain import limit_infeasibility, structural_infeasibility
+
+    reason = structural_infeasibility(problem.cluster, problem.workload, problem.efficiencies or None)
+    if reason:
+        raise NoFeasiblePlan(problem.workload.path, None, f"proven infeasible: {reason}",
+                             "a larger cluster, a smaller model or looser limits")
+    hit = limit_infeasibility(problem, limits.max_cost, limits.max_mem_frac)
+    if hit:
+        raise InputError(None, hit[0], f"proven infeasible: {hit[1]}", hit[2])
 
 
 SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive")
@@ -208,6 +219,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
              executor: str | None = None, restriction: bool = True) -> PlanOutcome:
     out = Path(out)
     problem = build_problem(cluster, workload, limits, executor)
+    check_proven_infeasible(problem, limits)
     started = _dt.datetime.now(_dt.timezone.utc)
     out.mkdir(parents=True, exist_ok=True)
     results.remove_stale_stages(out)
