@@ -105,10 +105,11 @@ def _training_least(problem) -> tuple[float, np.ndarray, np.ndarray]:
     one micro-batch in flight), and per pool the least share of a GPU's memory a training GPU
     needs (states sharded over the whole cluster as well)."""
     from problems.placement.model.memory import activation_bytes, model_state_bytes
+    from problems.placement.names import SHARD_Z3
 
     ctx, lay, cluster = problem.ctx, problem.layout, problem.cluster
-    one = np.array([1])
-    states_total = min(float(pp * model_state_bytes(ctx, one, np.array([pp]), one, np.array([3]), one)[0])
+    one, z3 = np.array([1]), np.array([SHARD_Z3])
+    states_total = min(float(pp * model_state_bytes(ctx, one, np.array([pp]), one, z3, one)[0])
                        for pp in lay.pp_options)
     acts, per_gpu = [], []
     for tp in lay.tp_options:
@@ -118,7 +119,7 @@ def _training_least(problem) -> tuple[float, np.ndarray, np.ndarray]:
                 continue
             t, p = np.array([tp]), np.array([pp])
             act = float(activation_bytes(ctx, t, p, one, one, one)[0])
-            st = float(model_state_bytes(ctx, t, p, np.array([max(cluster.total_gpus // g, 1)]), np.array([3]), one)[0])
+            st = float(model_state_bytes(ctx, t, p, np.array([max(cluster.total_gpus // g, 1)]), z3, one)[0])
             acts.append(act)
             per_gpu.append(st + act)
     act_least = min(acts)
