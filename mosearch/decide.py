@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from problems.pareto import coarsely_dominated
 from problems.pareto import epsilon_front as _epsilon_front
 from problems.placement.names import OBJECTIVE_COLUMNS, OBJECTIVE_NAMES
 from problems.placement.names import OBJECTIVES as _OBJECTIVES
@@ -111,6 +112,24 @@ def epsilon_front(F: np.ndarray, res: np.ndarray = RESOLUTION) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     M, eps = _resolution_space(F, np.asarray(res, dtype=float))
     return _epsilon_front(M, eps)
+
+
+# plans found that no other plan beats by more than the resolution in both of these are kept
+COARSE_STRICT = ("throughput", "cost")
+
+
+def found_front(F: np.ndarray, res: np.ndarray = RESOLUTION) -> np.ndarray:
+    """Indices of the plans of F kept as found (front_all): F less each plan some other plan of F
+    matches within the resolution in every objective and beats by more than the resolution in
+    throughput and in cost (`problems.pareto.coarsely_dominated`): a plan stays unless another is
+    both faster and cheaper by more than the resolution without being worse by more than it in
+    memory or staleness. For every plan dropped a kept one is faster and cheaper by more than the
+    resolution."""
+    F = np.atleast_2d(np.asarray(F, dtype=float))
+    if len(F) == 0:
+        return np.zeros(0, dtype=np.int64)
+    M, eps = _resolution_space(F, np.asarray(res, dtype=float))
+    return np.flatnonzero(~coarsely_dominated(M, eps, np.isin(NAMES, COARSE_STRICT)))
 
 
 def usd_per_1k(F: np.ndarray) -> np.ndarray:

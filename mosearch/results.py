@@ -1,8 +1,11 @@
 """A run directory: writing and reading front.csv, front.json, plans/, history.csv, run.yaml.
 
 front.csv/front.json hold the epsilon front people read (`decide.epsilon_front`);
-front_all.csv/front_all.json every non-dominated plan the search found; plans/ one file per
-plan of the latter, so any plan id of either file can be trained.
+front_all.csv/front_all.json the plans the search found: every non-dominated plan less those
+another plan matches within the resolution in every objective and beats by more than the
+resolution in both throughput and cost (`decide.found_front`; e.g. a plan slower and dearer by
+more than 5% than another, kept only for a peak memory 0.1 lower); plans/ one file per plan of
+the latter, so any plan id of either file can be trained.
 
 Every file is written atomically (`problems.atomic`: a temporary file in the same directory,
 fsynced, then renamed over the target), so a reader or an interrupted run never sees half a file.

@@ -14,6 +14,13 @@ is epsilon-dominated by one kept: some kept row is no worse than it by more than
 objective (Laumanns, Thiele, Deb, Zitzler 2002, additive form). It is chosen greedily (set
 cover: the point covering most still-uncovered points first), after the best point of each
 objective, so the extremes of the front are always shown.
+
+Coarse dominance (`coarsely_dominated`) drops the points of a non-dominated set that are only
+there by a margin below `eps`: b is coarsely dominated when some a is no worse than it by more
+than `eps` in every objective and better by more than `eps` in each of the `strict` ones.
+The relation improves the `strict` objectives by more than `eps` at each step, so no point
+dominates itself and a chain of them ends at a kept point: every point dropped has a kept one
+better than it by more than `eps` in each strict objective.
 """
 
 from __future__ import annotations
@@ -92,3 +99,24 @@ def epsilon_front(F: np.ndarray, eps: np.ndarray) -> np.ndarray:
         chosen.append(i)
         cols = cols[~sub[i]]
     return np.unique(nd[np.asarray(chosen, dtype=np.int64)])
+
+
+def coarsely_dominated(F: np.ndarray, eps: np.ndarray, strict: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows b of F that some row a coarsely dominates: a <= b + eps in every
+    objective and a < b - eps in each objective of `strict` (a boolean mask of columns, at least
+    one). No row coarsely dominates itself."""
+    F = np.asarray(F, dtype=float)
+    eps = np.broadcast_to(np.asarray(eps, dtype=float), (F.shape[1],))
+    strict = np.asarray(strict, dtype=bool)
+    if np.any(eps < 0):
+        raise ValueError("epsilon must be >= 0 in every objective")
+    if not strict.any():
+        raise ValueError("coarse dominance needs at least one strict objective")
+    out = np.zeros(len(F), dtype=bool)
+    step = max(1, _COVER_BLOCK // max(1, len(F) * F.shape[1]))
+    for s in range(0, len(F), step):
+        B = F[s:s + step]
+        near = (F[:, None, :] <= B[None, :, :] + eps).all(axis=2)
+        better = (F[:, None, strict] < B[None, :, strict] - eps[strict]).all(axis=2)
+        out[s:s + step] = (near & better).any(axis=0)
+    return out

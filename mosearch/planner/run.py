@@ -38,7 +38,7 @@ PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "
 @dataclass
 class PlanOutcome:
     out: Path
-    plans: list[Plan]  # every non-dominated plan found (front_all.csv)
+    plans: list[Plan]  # the plans found (front_all.csv: non-dominated, less those `decide.found_front` drops)
     baselines: dict[str, Plan]
     knee: int | None  # into plans
     result: SearchResult
@@ -67,8 +67,10 @@ def build_problem(cluster: str, workload: str, limits: Limits, executor: str | N
                                        executor=executor, **kw)
 
 
-def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
-    """Archive -> canonical plans (`canonical.py`), fastest first, named p000, p001, ...
+def decode_front(problem, X: np.ndarray, F: np.ndarray, resolution: np.ndarray | None = None) -> list[Plan]:
+    """Archive -> canonical plans (`canonical.py`), fastest first, named p000, p001, ...;
+    with `resolution`, less those another beats by more than it in throughput and cost
+    (`decide.found_front`).
 
     The whole front is scored in one vectorised call (as `problem.decode` does one plan at a
     time). Without the model's lifetime-planned memory peak: it replays one training
@@ -81,6 +83,9 @@ def decode_front(problem, X: np.ndarray, F: np.ndarray) -> list[Plan]:
     order = np.lexsort((r["cost_usd_h"][keep], -r["throughput_samples_s"][keep]))  # fastest, then cheapest
     R = R[order]
     r = {k: v[keep][order] for k, v in r.items()}
+    if resolution is not None and len(R):
+        kept = decide.found_front(np.column_stack([r[c] for c in decide.COLUMNS]), resolution)
+        R, r = R[kept], {k: v[kept] for k, v in r.items()}
     plans = []
     for i in range(len(R)):
         pred = {k: float(v[i]) for k, v in r.items()}
@@ -135,17 +140,28 @@ def no_feasible(problem, result: SearchResult, limits: Limits) -> NoFeasiblePlan
 
 
 def _proof(problem, limits: Limits) -> str | None:
-    from problems.placement.explain import structural_infeasibility
+    from problems.placement.explain import limit_infeasibility, structural_infeasibility
 
     reason = structural_infeasibility(problem.cluster, problem.workload, problem.efficiencies or None)
     if reason:
         return reason
-    if limits.max_cost is not None:
-        cheapest = min(problem.cluster.pools, key=lambda p: p.gpu.price_usd_h)
-        if cheapest.gpu.price_usd_h > limits.max_cost:
-            return (f"every plan runs on at least one GPU and the cheapest, {cheapest.gpu.name}, costs "
-                    f"{cheapest.gpu.price_usd_h:g} $/h > {limits.max_cost:g} $/h")
-    return None
+    hit = limit_infeasibility(problem, limits.max_cost, limits.max_mem_frac)
+    return f"{hit[0]} {hit[1]}" if hit else None
+
+
+def check_proven_infeasible(problem, limits: Limits) -> None:
+    """Before any search: a proof that no plan can run (the model fits no GPU: NoFeasiblePlan,
+    exit 1) or that a limit given cannot be met (a lower bound over every plan above it: the
+    limit is the bad input, exit 2, with the figure it would need). Only proofs, never guesses."""
+    from problems.placement.explain import limit_infeasibility, structural_infeasibility
+
+    reason = structural_infeasibility(problem.cluster, problem.workload, problem.efficiencies or None)
+    if reason:
+        raise NoFeasiblePlan(problem.workload.path, None, f"proven infeasible: {reason}",
+                             "a larger cluster, a smaller model or looser limits")
+    hit = limit_infeasibility(problem, limits.max_cost, limits.max_mem_frac)
+    if hit:
+        raise InputError(None, hit[0], f"proven infeasible: {hit[1]}", hit[2])
 
 
 SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive")
@@ -203,6 +219,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
              executor: str | None = None, restriction: bool = True) -> PlanOutcome:
     out = Path(out)
     problem = build_problem(cluster, workload, limits, executor)
+    check_proven_infeasible(problem, limits)
     started = _dt.datetime.now(_dt.timezone.utc)
     out.mkdir(parents=True, exist_ok=True)
     results.remove_stale_stages(out)
@@ -239,7 +256,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
 
-    plans = decode_front(problem, result.X, result.F)
+    plans = decode_front(problem, result.X, result.F, resolution)
     baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
     F = results.objective_matrix(plans)
     knee = decide.knee(F, resolution) if len(plans) else None

@@ -182,3 +182,15 @@ def test_show_gives_each_plans_pool_roles(mixed8_run, capsys, monkeypatch):
         if p.plan_id in rows:
             assert pool_roles(p) in rows[p.plan_id]
             assert any(w in pool_roles(p) for w in ("gen", "both"))  # every plan generates somewhere
+
+
+def test_front_all_holds_no_plan_beaten_beyond_the_resolution_in_throughput_and_cost(mixed8_run):
+    run = load_run(mixed8_run)
+    F = objective_matrix(run.all_plans)
+    r = decide.RESOLUTION
+    for b in F:  # no plan found is faster and cheaper by more than the resolution without being worse beyond it
+        beaten = ((F[:, 0] > b[0] * (1 + r[0])) & (F[:, 1] * (1 + r[1]) < b[1]) & (F[:, 2] <= b[2] + r[2])
+                  & (F[:, 3] <= b[3] + r[3]))
+        assert not beaten.any()
+    ids = [p.plan_id for p in run.all_plans]
+    assert ids == [f"p{i:03d}" for i in range(len(ids))]  # named after the filter: no gaps

@@ -148,7 +148,7 @@ def test_proof_by_price_says_proven(tmp_path, capsys):
     code = main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / "x"), "--evals", "400",
                  "--pop-size", "20", "--max-cost", "0.5", "--quiet", "--no-report"])
     err = capsys.readouterr().err
-    assert code == 1 and "proven infeasible" in err and "not proven" not in err and "L40S" in err
+    assert code == 2 and "proven infeasible" in err and "not proven" not in err and "L40S" in err
 
 
 def test_issue_limit_the_old_search_missed_is_met(tmp_path, issue_problem):

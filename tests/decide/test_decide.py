@@ -219,3 +219,38 @@ def test_choose_with_weights_inside_limits():
     F = front([1.0, 6.0, 7.0, 7.5, 7.8, 8.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     c = decide.choose(F, Limits(max_cost=4.5), decide.parse_weights("throughput=1"))
     assert c.index == 3 and c.rule == "weights"
+
+
+def test_found_front_drops_plans_beaten_in_throughput_and_cost_beyond_the_resolution():
+    # the case: a $325/h plan (half of it egress) kept only for a little less memory than a
+    # faster, cheaper one; and plans that each win somewhere by more than the resolution
+    F = front([52.0, 48.0, 30.0, 49.0, 20.0, 20.5],
+              [160.0, 325.0, 100.0, 158.0, 90.0, 60.0],
+              [0.80, 0.70, 0.60, 0.40, 0.50, 0.95],
+              [1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    kept = decide.found_front(F).tolist()
+    # plan 1 goes: plan 0 is faster (8%) and cheaper by more than 5%, its memory 0.10 worse (< 0.15).
+    # Plan 3 is not beaten by 0 (cost within 5%), plan 4 not by 2 (2 costs more): both stay
+    assert kept == [0, 2, 3, 4, 5]
+    # by the memory margin alone: with the memory 0.16 worse the $325 plan stays
+    F2 = F.copy()
+    F2[1, 2] = 0.80 - 0.16
+    assert 1 in decide.found_front(F2).tolist()
+    # plan 0 only 4% faster than plan 1: not beaten beyond the resolution, so it stays
+    F3 = F.copy()
+    F3[0, 0] = 48.0 * 1.04
+    assert 1 in decide.found_front(F3).tolist()
+
+
+def test_found_front_keeps_every_plan_unbeaten_beyond_the_resolution():
+    rng = np.random.default_rng(4)
+    n = 400
+    thr = rng.uniform(1, 30, n)
+    F = front(thr, thr * rng.uniform(1, 3, n), rng.uniform(0.3, 1, n), rng.integers(0, 3, n).astype(float))
+    kept = set(decide.found_front(F).tolist())
+    r = decide.RESOLUTION
+    for j, b in enumerate(F):
+        beaten = any(a[0] > b[0] * (1 + r[0]) and a[1] * (1 + r[1]) < b[1] and a[2] <= b[2] + r[2]
+                     and a[3] <= b[3] + r[3] and a[0] * (1 + r[0]) >= b[0] and a[1] <= b[1] * (1 + r[1]) for a in F)
+        assert (j not in kept) == beaten
+    assert 0 < len(kept) < n

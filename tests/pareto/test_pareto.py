@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from problems.pareto import covers, epsilon_front, merge, non_dominated
+from problems.pareto import coarsely_dominated, covers, epsilon_front, merge, non_dominated
 
 
 def _dominates(a, b):
@@ -85,3 +85,30 @@ def test_covers_is_the_plain_relation():
 def test_negative_epsilon_is_refused():
     with pytest.raises(ValueError):
         epsilon_front(np.ones((2, 2)), -1.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_coarse_dominance_matches_a_plain_loop(seed):
+    rng = np.random.default_rng(seed)
+    F = np.round(rng.uniform(0, 1, (150, 4)), 2)  # ties and near ties
+    eps = np.array([0.05, 0.05, 0.1, 0.0])
+    strict = np.array([True, True, False, False])
+    got = coarsely_dominated(F, eps, strict)
+    want = [any((a <= b + eps).all() and (a[strict] < b[strict] - eps[strict]).all() for a in F) for b in F]
+    assert got.tolist() == want
+    assert 0 < got.sum() < len(F)
+    # a chain of coarse dominance ends at a kept row, better still in the strict objectives
+    kept = F[~got]
+    for b in F[got]:
+        assert (kept[:, strict] < b[strict] - eps[strict]).all(axis=1).any()
+
+
+def test_coarse_dominance_needs_a_margin_beyond_eps():
+    eps = np.array([0.1, 0.1])
+    strict = np.array([True, True])
+    # better by exactly eps in both, or by more in one only: kept
+    assert not coarsely_dominated(np.array([[0.0, 0.0], [0.1, 0.1]]), eps, strict).any()
+    assert not coarsely_dominated(np.array([[0.0, 0.0], [0.5, 0.05]]), eps, strict).any()
+    assert coarsely_dominated(np.array([[0.0, 0.0], [0.11, 0.11]]), eps, strict).tolist() == [False, True]
+    with pytest.raises(ValueError):
+        coarsely_dominated(np.zeros((2, 2)), eps, np.array([False, False]))
