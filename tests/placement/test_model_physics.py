@@ -300,3 +300,20 @@ def test_flash_attention_runs_at_its_own_efficiency_never_above_mfu():
     # the attention part alone scales with 1 / attn_eff: (t(0.35) - t(0.57)) = A (1/0.35 - 1/0.57) x 0.57 ...
     t_half = predict_training(TrainingJob(**base, efficiencies={"H100": {"attn_eff": 0.285}}))["breakdown"]["train_compute_s"]
     assert (t_half - t[0.57]) == pytest.approx((t[0.35] - t[0.57]) * (1 / 0.285 - 1 / 0.57) / (1 / 0.35 - 1 / 0.57), rel=1e-6)
+
+
+def test_training_attention_grows_with_the_spread_of_lengths_at_the_same_mean(tmp_path):
+    """A sequence's causal attention costs its length squared: at one mean, a wider spread of response lengths
+    means more attention work (E[(p + L)^2]), the weight matmuls stay the same."""
+    from problems.placement.model.training import train_times
+
+    L = build(6000, 27648, 0.6)
+    draws = 256 + L.sample(400_000, seed=3)
+    assert L.mean_square(256) == pytest.approx(np.mean(draws ** 2), rel=0.02)
+    assert build(6000, 6000, 0.0).mean_square(256) == pytest.approx(6256.0 ** 2)
+    fixed, wide = _problem(tmp_path, mean=6000, cap=27648, sigma=0.0), _problem(tmp_path, mean=6000, cap=27648, sigma=0.6)
+    one = np.ones(1)
+    a, b = train_times(fixed.ctx, _fields(fixed), one), train_times(wide.ctx, _fields(wide), one)
+    assert b["train_compute_s"][0] > a["train_compute_s"][0]
+    # the extra work is the attention's share only: the spread's variance over the mean's square, at most
+    assert b["train_compute_s"][0] < a["train_compute_s"][0] * wide.ctx.lengths.mean_square(256) / 6256.0 ** 2

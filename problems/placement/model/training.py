@@ -121,11 +121,14 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     gpus = f["train_gpus"] + f["shared_gpus"]  # (N, P)
     staged = ctx.stage_layers is not None
     tok = ctx.prompt_len + ctx.resp_mean
+    # a sequence's attention work grows with its length squared: averaged over the response lengths it is
+    # E[(p + L)^2], the mean's square plus the variance (each packed sequence attends only to itself)
+    tok2 = tok ** 2 if ctx.lengths is None else ctx.lengths.mean_square(ctx.prompt_len)
     n_fwd, n_bwd = pass_counts(ctx, f["recompute"])
     passes = (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))  # matmul work in forwards (a backward is two)
     # per sample and one forward: a layer's matmuls (attention over half the keys with causal flash
     # attention, all of them where the kernel computes the full score matrix) and the LM head
-    layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok / 2.0 if ctx.flash else tok)
+    layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok2 / tok / 2.0 if ctx.flash else tok2 / tok)
     weight_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
     attn_f = layer_f - weight_f  # QK^T and AV: BF16 in an FP8 run (`ctx.flops_hp`)
     head_f = 2.0 * ctx.vocab * ctx.hidden * tok
@@ -150,7 +153,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # HBM (score-matrix passes when attention is unfused), TP all-reduces and a per-layer floor
     rate = tp[:, None] * ctx.flops * e["mfu"]
     rate_hp = rate if ctx.flops_hp is None else tp[:, None] * ctx.flops_hp * e["mfu"]
-    score = 0.0 if ctx.flash else ctx.heads / tp * tok ** 2
+    score = 0.0 if ctx.flash else ctx.heads / tp * tok2
     sp = np.where(ctx.sequence_parallel, tp, 1).astype(float)
     ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2, sp)
     ew_sample = (n_fwd + sel) * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
