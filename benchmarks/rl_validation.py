@@ -92,7 +92,7 @@ def predict_step(r: dict, tmp: Path) -> dict:
         "response_len": {"mean": int(float(r["resp_mean"])), "max": int(r["resp_max"]),
                          **({"sigma": r["sigma"]} if "sigma" in r else {})},
         "max_staleness": max(int(r["k"]), 1), "precision": "bf16", "kl_reference": r["kl_reference"] == "1",
-        "sequence_packing": r["packing"] == "1"}))
+        "sequence_packing": r["packing"] == "1", "elementwise_kernels": r["kernels"]}))
     eager = {r["gpu"]: {"decode_layer_s": EAGER_DECODE_LAYER_S}} if r["eager"] == "1" else None
     prob = PlacementProblem.from_files(cluster, workload, efficiencies=eager)
     prob.ctx.updates = int(r["updates"])

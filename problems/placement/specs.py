@@ -303,6 +303,15 @@ def load_cluster(path: str | Path) -> Cluster:
 DEFAULT_SIGMA = 0.32
 
 
+# how the training layers run their element-wise operations (model/training.py `eager_elementwise_bytes`)
+ElementwiseKernels = Literal["fused", "eager", "eager-fused-norm"]
+ELEMENTWISE_KERNELS_HELP = (
+    "fused: RMSNorm, RoPE and the gated MLP's activation as one kernel each (Megatron / Transformer Engine, "
+    "torch.compile, Liger); eager: PyTorch eager modules (Hugging Face layers as verl's FSDP workers run them, "
+    "torchtitan without torch.compile), each of them several kernels with fp32 intermediates; eager-fused-norm: "
+    "eager with a fused RMSNorm kernel (torchtitan's fused_rmsnorm)")
+
+
 class ResponseLength(_Spec):
     mean: int = Field(gt=0)
     max: int = Field(gt=0)
@@ -335,6 +344,7 @@ class WorkloadSpec(_Spec):
         default="flash", description="flash: fused kernels, no s x s score matrix (FlashAttention, SDPA); "
                                      "unfused: scores computed and stored (Megatron's default before --use-flash-attn)")
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
+    elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
     sequence_packing: bool = Field(default=False, description="training packs sequences without padding (verl "
                                                               "use_remove_padding, AReaL): micro-batches of mean length")
 
@@ -358,6 +368,7 @@ class Workload:
     model_dir: str | None = None  # the model's local Hugging Face directory, when `model:` named one
     response_sigma: float = DEFAULT_SIGMA
     sequence_packing: bool = False
+    elementwise_kernels: str = "fused"
 
     @property
     def samples_per_step(self) -> int:
@@ -422,6 +433,7 @@ def load_workload(path: str | Path) -> Workload:
         max_staleness=spec.max_staleness, precision=spec.precision,
         has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
         response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
+        elementwise_kernels=spec.elementwise_kernels,
     )
 
 

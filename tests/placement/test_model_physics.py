@@ -317,3 +317,42 @@ def test_training_attention_grows_with_the_spread_of_lengths_at_the_same_mean(tm
     assert b["train_compute_s"][0] > a["train_compute_s"][0]
     # the extra work is the attention's share only: the spread's variance over the mean's square, at most
     assert b["train_compute_s"][0] < a["train_compute_s"][0] * wide.ctx.lengths.mean_square(256) / 6256.0 ** 2
+
+
+def test_eager_modules_move_more_element_wise_bytes_than_fused_kernels():
+    """PyTorch eager RMSNorm / RoPE / SwiGLU (Hugging Face layers, torchtitan without compile) run several
+    kernels each: the step's element-wise time grows by exactly their extra bytes over the HBM share, the
+    matmuls stay; torchtitan's fused_rmsnorm keeps the norms' part out."""
+    from problems.placement.catalog import gpu_catalog
+    from problems.placement.model.training import eager_elementwise_bytes
+
+    base = dict(model="llama3.1-8b", gpu="H100", seq_len=4096, global_batch=8, micro_batch=1, precision="bf16")
+    t = {k: predict_training(TrainingJob(**base, elementwise_kernels=k))["breakdown"]["train_compute_s"]
+         for k in ("fused", "eager-fused-norm", "eager")}
+    assert t["fused"] < t["eager-fused-norm"] < t["eager"]
+    h, q, kv, ffn = 4096, 4096, 1024, 14336
+    xf, xb = eager_elementwise_bytes(h, q + kv, ffn, 2)
+    assert xf > 2 * 28 * h and xb > xf  # both norms' fp32 chains, backward through them costs more
+    g = gpu_catalog()["H100"]
+    rate = g.bandwidth_tbs * 1e12 * g.train_fit["elementwise_eff"]
+    # one forward and one backward of 8 sequences of 4096 tokens on 32 layers (no recomputation)
+    assert t["eager"] - t["fused"] == pytest.approx(8 * 4096 * 32 * (xf + xb) / rate, rel=1e-6)
+    nf, nb = eager_elementwise_bytes(h, q + kv, ffn, 2, ops=False)
+    assert t["eager"] - t["eager-fused-norm"] == pytest.approx(8 * 4096 * 32 * (nf + nb) / rate, rel=1e-6)
+
+
+def test_a_workload_names_its_element_wise_kernels_and_a_wrong_name_is_one_line(tmp_path):
+    import yaml
+
+    from problems.errors import InputError
+    from problems.placement.specs import load_workload
+
+    w = {"name": "w", "model": "qwen2.5-7b", "algorithm": "grpo", "prompts_per_step": 8, "samples_per_prompt": 4,
+         "prompt_len": 256, "response_len": {"mean": 512, "max": 1024}, "max_staleness": 0}
+    ok, bad = tmp_path / "ok.yaml", tmp_path / "bad.yaml"
+    ok.write_text(yaml.safe_dump(w | {"elementwise_kernels": "eager"}))
+    bad.write_text(yaml.safe_dump(w | {"elementwise_kernels": "compiled"}))
+    assert load_workload(ok).elementwise_kernels == "eager"
+    with pytest.raises(InputError) as err:
+        load_workload(bad)
+    assert "elementwise_kernels" in str(err.value) and "\n" not in str(err.value).strip()

@@ -176,6 +176,10 @@ class ModelContext:
     reshard_after_forward: bool = True
     # sequence packing in training micro-batches (padding removed; verl use_remove_padding, AReaL)
     packing: bool = False
+    # element-wise operations of the training layers as PyTorch eager modules run them (several kernels each,
+    # model/training.py `eager_elementwise_bytes`): the RMSNorms, and RoPE with the gated MLP's activation
+    eager_norm: bool = False
+    eager_ops: bool = False
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
@@ -269,4 +273,6 @@ def build_context(cluster: Cluster, workload: Workload,
         lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
         group=workload.samples_per_prompt,
         packing=workload.sequence_packing,
+        eager_norm=workload.elementwise_kernels == "eager",
+        eager_ops=workload.elementwise_kernels in ("eager", "eager-fused-norm"),
     )
