@@ -23,9 +23,9 @@ from pydantic import Field, model_validator
 
 from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
-from problems.placement.specs import (ELEMENTWISE_KERNELS_HELP, PRECISION_BYTES, Cluster, ElementwiseKernels,
-                                      ModelSpec, Pool, Workload, _Spec, load_cluster, resolve_architecture)
-from problems.placement.names import COLOCATED, SHARDINGS
+from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
+                                      load_cluster, resolve_architecture)
+from problems.placement.names import COLOCATED, ELEMENTWISE_KERNELS_HELP, SHARDINGS
 from problems.placement.plan import Sharding
 from problems.specio import load_model
 
@@ -336,10 +336,11 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
            f"attention {attention}" + (" (no score matrix, causal half of the keys)" if ctx.flash
                                        else " (s x s scores computed, stored and passed through softmax/dropout)"),
            f"MLP {'gated (3 matrices)' if ctx.gated else 'plain (2 matrices)'}",
-           "element-wise kernels: " + ("fused (one kernel per norm, RoPE and activation)" if not ctx.eager_ops else
-                                       "eager PyTorch modules (RoPE and SwiGLU as several kernels"
-                                       + (", RMSNorm too, fp32 intermediates)" if ctx.eager_norm else
-                                          "; RMSNorm fused)")),
+           "element-wise kernels: " + (", ".join(n for n, on in (("RMSNorm", ctx.eager_norm), ("RoPE", ctx.eager_rope),
+                                                                  ("the MLP activation", ctx.eager_act)) if on)
+                                       + " as eager PyTorch ops (several kernels each), the rest fused"
+                                       if ctx.eager_norm or ctx.eager_rope or ctx.eager_act
+                                       else "fused (one kernel per norm, RoPE and activation)"),
            *(["fp8: the layers' Linear matmuls at the fp8 peak; attention (QK^T, AV) and the LM head at the bf16 "
               "peak (Transformer Engine / torchao float8 convert Linear layers only)"] if precision == "fp8" else []),
            *(["selective op checkpointing: every second matmul and the element-wise ops recomputed, matmul and "

@@ -26,7 +26,10 @@ from problems.placement.catalog import (
     nearest,
     with_prior,
 )
+from problems.placement.names import ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
 from problems.specio import load_model
+
+ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 
 # storage bytes per element of weights and activations; fp8 keeps bf16 storage and runs its matmuls in
 # FP8 (Transformer Engine), tf32 keeps fp32 storage and runs its matmuls on TF32 tensor cores
@@ -301,15 +304,6 @@ def load_cluster(path: str | Path) -> Cluster:
 # synchronous RL rollouts, where the last 10% of requests take up to half the rollout (derivation in
 # problems/placement/model/lengths.py)
 DEFAULT_SIGMA = 0.32
-
-
-# how the training layers run their element-wise operations (model/training.py `eager_elementwise_bytes`)
-ElementwiseKernels = Literal["fused", "eager", "eager-fused-norm"]
-ELEMENTWISE_KERNELS_HELP = (
-    "fused: RMSNorm, RoPE and the gated MLP's activation as one kernel each (Megatron / Transformer Engine, "
-    "torch.compile, Liger); eager: PyTorch eager modules (Hugging Face layers as verl's FSDP workers run them, "
-    "torchtitan without torch.compile), each of them several kernels with fp32 intermediates; eager-fused-norm: "
-    "eager with a fused RMSNorm kernel (torchtitan's fused_rmsnorm)")
 
 
 class ResponseLength(_Spec):

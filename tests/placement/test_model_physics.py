@@ -328,8 +328,8 @@ def test_eager_modules_move_more_element_wise_bytes_than_fused_kernels():
 
     base = dict(model="llama3.1-8b", gpu="H100", seq_len=4096, global_batch=8, micro_batch=1, precision="bf16")
     t = {k: predict_training(TrainingJob(**base, elementwise_kernels=k))["breakdown"]["train_compute_s"]
-         for k in ("fused", "eager-fused-norm", "eager")}
-    assert t["fused"] < t["eager-fused-norm"] < t["eager"]
+         for k in ("fused", "eager-activation", "eager-fused-norm", "eager")}
+    assert t["fused"] < t["eager-activation"] < t["eager-fused-norm"] < t["eager"]
     h, q, kv, ffn = 4096, 4096, 1024, 14336
     xf, xb = eager_elementwise_bytes(h, q + kv, ffn, 2)
     assert xf > 2 * 28 * h and xb > xf  # both norms' fp32 chains, backward through them costs more
@@ -337,7 +337,7 @@ def test_eager_modules_move_more_element_wise_bytes_than_fused_kernels():
     rate = g.bandwidth_tbs * 1e12 * g.train_fit["elementwise_eff"]
     # one forward and one backward of 8 sequences of 4096 tokens on 32 layers (no recomputation)
     assert t["eager"] - t["fused"] == pytest.approx(8 * 4096 * 32 * (xf + xb) / rate, rel=1e-6)
-    nf, nb = eager_elementwise_bytes(h, q + kv, ffn, 2, ops=False)
+    nf, nb = eager_elementwise_bytes(h, q + kv, ffn, 2, rope=False, act=False)
     assert t["eager"] - t["eager-fused-norm"] == pytest.approx(8 * 4096 * 32 * (nf + nb) / rate, rel=1e-6)
 
 

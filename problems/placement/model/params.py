@@ -12,6 +12,7 @@ import numpy as np
 
 from problems.errors import InputError
 from problems.placement.model.lengths import Lengths, build as build_lengths
+from problems.placement.names import EAGER_PARTS
 from problems.placement.specs import Cluster, Workload
 
 # Per-GPU-type parameters beyond the catalog; each can be overridden per GPU type.
@@ -179,7 +180,8 @@ class ModelContext:
     # element-wise operations of the training layers as PyTorch eager modules run them (several kernels each,
     # model/training.py `eager_elementwise_bytes`): the RMSNorms, and RoPE with the gated MLP's activation
     eager_norm: bool = False
-    eager_ops: bool = False
+    eager_rope: bool = False
+    eager_act: bool = False
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
@@ -273,6 +275,5 @@ def build_context(cluster: Cluster, workload: Workload,
         lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
         group=workload.samples_per_prompt,
         packing=workload.sequence_packing,
-        eager_norm=workload.elementwise_kernels == "eager",
-        eager_ops=workload.elementwise_kernels in ("eager", "eager-fused-norm"),
+        **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
     )

@@ -90,7 +90,7 @@ def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_el
     return fwd, bwd
 
 
-def eager_elementwise_bytes(hidden, qk_shard, ffn_shard, bpe, gated=True, sp=1.0, norm=True, ops=True):
+def eager_elementwise_bytes(hidden, qk_shard, ffn_shard, bpe, gated=True, sp=1.0, norm=True, rope=True, act=True):
     """HBM bytes per token of one transformer layer that PyTorch eager modules move beyond the fused kernels
     `layer_elementwise_bytes` counts, as (forward, backward). Read off the modules as Hugging Face's Llama /
     Qwen2 layers (transformers' LlamaRMSNorm, apply_rotary_pos_emb with rotate_half, LlamaMLP; what verl's
@@ -109,14 +109,15 @@ def eager_elementwise_bytes(hidden, qk_shard, ffn_shard, bpe, gated=True, sp=1.0
       write 1), 5 bpe where a fused kernel takes 3; backward the product's two gradients (read 2, write 1 each)
       and SiLU's (read 2, write 1), 9 bpe where a fused kernel takes 5. A plain (GeLU) MLP's activation is one
       kernel either way.
-    `norm`: the RMSNorms run eagerly; `ops`: RoPE and the activation do (torchtitan's fused_rmsnorm keeps the
-    norms fused, the rest eager)."""
+    `norm`, `rope`, `act`: which of them run eagerly (torchtitan's fused_rmsnorm keeps the norms fused;
+    Megatron-core fuses RoPE only with apply_rope_fusion and the activation only with bias_activation_fusion,
+    both off by default: megatron/core/transformer/transformer_config.py)."""
     nf = float(norm) * 2.0 * (28.0 + 2.0 * bpe) * hidden / sp
     nb = float(norm) * 2.0 * (44.0 + 3.0 * bpe) * hidden / sp
-    rope = float(ops) * 8.0 * bpe * qk_shard
-    act_f = float(ops) * float(gated) * 2.0 * bpe * ffn_shard
-    act_b = float(ops) * float(gated) * 4.0 * bpe * ffn_shard
-    return nf + rope + act_f, nb + rope + act_b
+    rp = float(rope) * 8.0 * bpe * qk_shard
+    act_f = float(act) * float(gated) * 2.0 * bpe * ffn_shard
+    act_b = float(act) * float(gated) * 4.0 * bpe * ffn_shard
+    return nf + rp + act_f, nb + rp + act_b
 
 
 def replica_speed(ctx: ModelContext, tp, pp) -> np.ndarray:
@@ -185,9 +186,9 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     score = 0.0 if ctx.flash else ctx.heads / tp * tok2
     sp = np.where(ctx.sequence_parallel, tp, 1).astype(float)
     ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2, sp)
-    if ctx.eager_norm or ctx.eager_ops:  # PyTorch eager modules: several kernels per norm, RoPE and activation
+    if ctx.eager_norm or ctx.eager_rope or ctx.eager_act:  # eager PyTorch ops: several kernels per norm, RoPE, act.
         xf, xb = eager_elementwise_bytes(ctx.hidden, (ctx.q_dim + ctx.kv_dim) / tp, ctx.ffn / tp, ctx.bpe,
-                                         ctx.gated, sp, ctx.eager_norm, ctx.eager_ops)
+                                         ctx.gated, sp, ctx.eager_norm, ctx.eager_rope, ctx.eager_act)
         ew_f, ew_b = ew_f + tok * xf, ew_b + tok * xb
     ew_sample = (n_fwd + sel) * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
     # TP all-reduces per layer and micro-batch, each its latency, per-op framework cost and bytes
