@@ -22,6 +22,20 @@ MODE_WORDS = {COLOCATED: "colocated (rollout and training share GPUs in turn)",
               ASYNC: "asynchronous (separate GPUs, bounded staleness)"}
 OTHER_COLOUR = "#7f7f7f"
 
+# -- element-wise kernels of the training layers ---------------------------------------------------
+# how the training layers run their element-wise operations (model/training.py `eager_elementwise_bytes`)
+ELEMENTWISE_KERNELS: tuple[str, ...] = ("fused", "eager", "eager-fused-norm", "eager-activation")
+# which of (RMSNorm, RoPE, the gated MLP's activation) each setting runs as eager PyTorch ops
+EAGER_PARTS = {"fused": (False, False, False), "eager": (True, True, True), "eager-fused-norm": (False, True, True),
+               "eager-activation": (False, False, True)}
+ELEMENTWISE_KERNELS_HELP = (
+    "fused: RMSNorm, RoPE and the gated MLP's activation as one kernel each (Megatron / Transformer Engine, "
+    "torch.compile, Liger); eager: PyTorch eager modules (Hugging Face layers as verl's FSDP workers run them, "
+    "torchtitan without torch.compile), each of them several kernels with fp32 intermediates; eager-fused-norm: "
+    "eager with a fused RMSNorm kernel (torchtitan's fused_rmsnorm; Megatron-core's defaults without "
+    "apply_rope_fusion and bias_activation_fusion, as verl's Megatron workers run it); eager-activation: only the "
+    "gated MLP's activation unfused (Megatron-core with apply_rope_fusion on, bias_activation_fusion off)")
+
 # -- sharding levels over the data-parallel group --------------------------------------------------
 SHARDINGS: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp")
 SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(len(SHARDINGS))

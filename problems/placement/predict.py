@@ -23,9 +23,9 @@ from pydantic import Field, model_validator
 
 from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
-from problems.placement.specs import (PRECISION_BYTES, Cluster, ModelSpec, Pool, Workload, _Spec,
+from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
-from problems.placement.names import COLOCATED, SHARDINGS
+from problems.placement.names import COLOCATED, ELEMENTWISE_KERNELS_HELP, SHARDINGS
 from problems.placement.plan import Sharding
 from problems.specio import load_model
 
@@ -48,6 +48,7 @@ class TrainingJob(_Spec):
     model: str | ModelSpec
     precision: Precision = "bf16"
     attention: Literal["flash", "unfused"] = "flash"
+    elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per data-parallel rank")
@@ -181,7 +182,8 @@ def _job_context(job: TrainingJob, where: str | None):
     workload = Workload(name=job.name, path=where or "<job>", model=arch, algorithm="grpo",
                         prompts_per_step=job.global_batch, samples_per_prompt=1, prompt_len=job.seq_len,
                         response_mean=0, response_max=0, max_staleness=0, precision=job.precision,
-                        has_reference=False, has_critic=False, attention=job.attention)
+                        has_reference=False, has_critic=False, attention=job.attention,
+                        elementwise_kernels=job.elementwise_kernels)
     for gpu in job.efficiencies:
         if aliases.get(gpu.lower()) not in kinds:
             raise InputError(where, f"efficiencies.{gpu}", "not a GPU type of this job", ", ".join(kinds))
@@ -334,6 +336,11 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
            f"attention {attention}" + (" (no score matrix, causal half of the keys)" if ctx.flash
                                        else " (s x s scores computed, stored and passed through softmax/dropout)"),
            f"MLP {'gated (3 matrices)' if ctx.gated else 'plain (2 matrices)'}",
+           "element-wise kernels: " + (", ".join(n for n, on in (("RMSNorm", ctx.eager_norm), ("RoPE", ctx.eager_rope),
+                                                                  ("the MLP activation", ctx.eager_act)) if on)
+                                       + " as eager PyTorch ops (several kernels each), the rest fused"
+                                       if ctx.eager_norm or ctx.eager_rope or ctx.eager_act
+                                       else "fused (one kernel per norm, RoPE and activation)"),
            *(["fp8: the layers' Linear matmuls at the fp8 peak; attention (QK^T, AV) and the LM head at the bf16 "
               "peak (Transformer Engine / torchao float8 convert Linear layers only)"] if precision == "fp8" else []),
            *(["selective op checkpointing: every second matmul and the element-wise ops recomputed, matmul and "

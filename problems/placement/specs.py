@@ -26,7 +26,10 @@ from problems.placement.catalog import (
     nearest,
     with_prior,
 )
+from problems.placement.names import ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
 from problems.specio import load_model
+
+ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 
 # storage bytes per element of weights and activations; fp8 keeps bf16 storage and runs its matmuls in
 # FP8 (Transformer Engine), tf32 keeps fp32 storage and runs its matmuls on TF32 tensor cores
@@ -335,6 +338,7 @@ class WorkloadSpec(_Spec):
         default="flash", description="flash: fused kernels, no s x s score matrix (FlashAttention, SDPA); "
                                      "unfused: scores computed and stored (Megatron's default before --use-flash-attn)")
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
+    elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
     sequence_packing: bool = Field(default=False, description="training packs sequences without padding (verl "
                                                               "use_remove_padding, AReaL): micro-batches of mean length")
 
@@ -358,6 +362,7 @@ class Workload:
     model_dir: str | None = None  # the model's local Hugging Face directory, when `model:` named one
     response_sigma: float = DEFAULT_SIGMA
     sequence_packing: bool = False
+    elementwise_kernels: str = "fused"
 
     @property
     def samples_per_step(self) -> int:
@@ -422,6 +427,7 @@ def load_workload(path: str | Path) -> Workload:
         max_staleness=spec.max_staleness, precision=spec.precision,
         has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
         response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
+        elementwise_kernels=spec.elementwise_kernels,
     )
 
 

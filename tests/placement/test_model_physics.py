@@ -300,3 +300,59 @@ def test_flash_attention_runs_at_its_own_efficiency_never_above_mfu():
     # the attention part alone scales with 1 / attn_eff: (t(0.35) - t(0.57)) = A (1/0.35 - 1/0.57) x 0.57 ...
     t_half = predict_training(TrainingJob(**base, efficiencies={"H100": {"attn_eff": 0.285}}))["breakdown"]["train_compute_s"]
     assert (t_half - t[0.57]) == pytest.approx((t[0.35] - t[0.57]) * (1 / 0.285 - 1 / 0.57) / (1 / 0.35 - 1 / 0.57), rel=1e-6)
+
+
+def test_training_attention_grows_with_the_spread_of_lengths_at_the_same_mean(tmp_path):
+    """A sequence's causal attention costs its length squared: at one mean, a wider spread of response lengths
+    means more attention work (E[(p + L)^2]), the weight matmuls stay the same."""
+    from problems.placement.model.training import train_times
+
+    L = build(6000, 27648, 0.6)
+    draws = 256 + L.sample(400_000, seed=3)
+    assert L.mean_square(256) == pytest.approx(np.mean(draws ** 2), rel=0.02)
+    assert build(6000, 6000, 0.0).mean_square(256) == pytest.approx(6256.0 ** 2)
+    fixed, wide = _problem(tmp_path, mean=6000, cap=27648, sigma=0.0), _problem(tmp_path, mean=6000, cap=27648, sigma=0.6)
+    one = np.ones(1)
+    a, b = train_times(fixed.ctx, _fields(fixed), one), train_times(wide.ctx, _fields(wide), one)
+    assert b["train_compute_s"][0] > a["train_compute_s"][0]
+    # the extra work is the attention's share only: the spread's variance over the mean's square, at most
+    assert b["train_compute_s"][0] < a["train_compute_s"][0] * wide.ctx.lengths.mean_square(256) / 6256.0 ** 2
+
+
+def test_eager_modules_move_more_element_wise_bytes_than_fused_kernels():
+    """PyTorch eager RMSNorm / RoPE / SwiGLU (Hugging Face layers, torchtitan without compile) run several
+    kernels each: the step's element-wise time grows by exactly their extra bytes over the HBM share, the
+    matmuls stay; torchtitan's fused_rmsnorm keeps the norms' part out."""
+    from problems.placement.catalog import gpu_catalog
+    from problems.placement.model.training import eager_elementwise_bytes
+
+    base = dict(model="llama3.1-8b", gpu="H100", seq_len=4096, global_batch=8, micro_batch=1, precision="bf16")
+    t = {k: predict_training(TrainingJob(**base, elementwise_kernels=k))["breakdown"]["train_compute_s"]
+         for k in ("fused", "eager-activation", "eager-fused-norm", "eager")}
+    assert t["fused"] < t["eager-activation"] < t["eager-fused-norm"] < t["eager"]
+    h, q, kv, ffn = 4096, 4096, 1024, 14336
+    xf, xb = eager_elementwise_bytes(h, q + kv, ffn, 2)
+    assert xf > 2 * 28 * h and xb > xf  # both norms' fp32 chains, backward through them costs more
+    g = gpu_catalog()["H100"]
+    rate = g.bandwidth_tbs * 1e12 * g.train_fit["elementwise_eff"]
+    # one forward and one backward of 8 sequences of 4096 tokens on 32 layers (no recomputation)
+    assert t["eager"] - t["fused"] == pytest.approx(8 * 4096 * 32 * (xf + xb) / rate, rel=1e-6)
+    nf, nb = eager_elementwise_bytes(h, q + kv, ffn, 2, rope=False, act=False)
+    assert t["eager"] - t["eager-fused-norm"] == pytest.approx(8 * 4096 * 32 * (nf + nb) / rate, rel=1e-6)
+
+
+def test_a_workload_names_its_element_wise_kernels_and_a_wrong_name_is_one_line(tmp_path):
+    import yaml
+
+    from problems.errors import InputError
+    from problems.placement.specs import load_workload
+
+    w = {"name": "w", "model": "qwen2.5-7b", "algorithm": "grpo", "prompts_per_step": 8, "samples_per_prompt": 4,
+         "prompt_len": 256, "response_len": {"mean": 512, "max": 1024}, "max_staleness": 0}
+    ok, bad = tmp_path / "ok.yaml", tmp_path / "bad.yaml"
+    ok.write_text(yaml.safe_dump(w | {"elementwise_kernels": "eager"}))
+    bad.write_text(yaml.safe_dump(w | {"elementwise_kernels": "compiled"}))
+    assert load_workload(ok).elementwise_kernels == "eager"
+    with pytest.raises(InputError) as err:
+        load_workload(bad)
+    assert "elementwise_kernels" in str(err.value) and "\n" not in str(err.value).strip()

@@ -47,6 +47,11 @@ class Lengths:
     surv: np.ndarray
     longest_table: np.ndarray | None = None  # longest_of at _M_GRID
 
+    def mean_square(self, prompt: float = 0.0) -> float:
+        """E[(prompt + L)^2]: what a sequence's causal attention work scales with (its square), averaged over
+        the lengths; above (prompt + mean)^2 by the variance."""
+        return float(prompt ** 2 + 2.0 * prompt * self.mean + 2.0 * self.second.sum())
+
     def kv_peak(self, prompt: float) -> float:
         """KV tokens per started sequence of a cohort at its peak: max over s of survival(s) x (prompt + s)."""
         return float(np.max(self.surv * (prompt + self.grid)))

@@ -12,6 +12,7 @@ import numpy as np
 
 from problems.errors import InputError
 from problems.placement.model.lengths import Lengths, build as build_lengths
+from problems.placement.names import EAGER_PARTS
 from problems.placement.specs import Cluster, Workload
 
 # Per-GPU-type parameters beyond the catalog; each can be overridden per GPU type.
@@ -176,6 +177,11 @@ class ModelContext:
     reshard_after_forward: bool = True
     # sequence packing in training micro-batches (padding removed; verl use_remove_padding, AReaL)
     packing: bool = False
+    # element-wise operations of the training layers as PyTorch eager modules run them (several kernels each,
+    # model/training.py `eager_elementwise_bytes`): the RMSNorms, and RoPE with the gated MLP's activation
+    eager_norm: bool = False
+    eager_rope: bool = False
+    eager_act: bool = False
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
@@ -269,4 +275,5 @@ def build_context(cluster: Cluster, workload: Workload,
         lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
         group=workload.samples_per_prompt,
         packing=workload.sequence_packing,
+        **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
     )

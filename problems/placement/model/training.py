@@ -90,6 +90,36 @@ def layer_elementwise_bytes(tokens, hidden, ffn_shard, bpe, gated=True, score_el
     return fwd, bwd
 
 
+def eager_elementwise_bytes(hidden, qk_shard, ffn_shard, bpe, gated=True, sp=1.0, norm=True, rope=True, act=True):
+    """HBM bytes per token of one transformer layer that PyTorch eager modules move beyond the fused kernels
+    `layer_elementwise_bytes` counts, as (forward, backward). Read off the modules as Hugging Face's Llama /
+    Qwen2 layers (transformers' LlamaRMSNorm, apply_rotary_pos_emb with rotate_half, LlamaMLP; what verl's
+    FSDP workers run, verl f252da3 with use_liger and use_fused_kernels off) and torchtitan's eager Llama
+    (torchtitan eaea6f6 models/norms.py RMSNorm, models/llama/model.py apply_rotary_emb and FeedForward) write them:
+    - RMSNorm, per hidden element: cast to fp32 (read bpe, write 4), square (read 4, write 4), mean (read 4),
+      scale by the reciprocal root (read 4, write 4), cast back (read 4, write bpe), times the weight (read and
+      write bpe): 28 + 4 bpe where a fused kernel reads and writes once (2 bpe); its backward through the same
+      chain (the weight's product, the casts, the scale and its reduction, the square, the two gradient paths'
+      sum) about 44 + 6 bpe where a fused kernel reads x and dy and writes dx (3 bpe); two per layer, on 1/tp
+      of the tokens under sequence parallelism (`sp`).
+    - RoPE, per query and key element: Hugging Face's rotate_half (negate half, concatenate), two products and
+      a sum (10 bpe), torchtitan's complex product with fp32 casts (16 + 2 bpe, the same at bpe 2); about as
+      much again backward; a fused kernel reads and writes once each way (2 bpe): 8 bpe more each way.
+    - SwiGLU's activation, per MLP element: SiLU (read, write) and the product with the up projection (read 2,
+      write 1), 5 bpe where a fused kernel takes 3; backward the product's two gradients (read 2, write 1 each)
+      and SiLU's (read 2, write 1), 9 bpe where a fused kernel takes 5. A plain (GeLU) MLP's activation is one
+      kernel either way.
+    `norm`, `rope`, `act`: which of them run eagerly (torchtitan's fused_rmsnorm keeps the norms fused;
+    Megatron-core fuses RoPE only with apply_rope_fusion and the activation only with bias_activation_fusion,
+    both off by default: megatron/core/transformer/transformer_config.py)."""
+    nf = float(norm) * 2.0 * (28.0 + 2.0 * bpe) * hidden / sp
+    nb = float(norm) * 2.0 * (44.0 + 3.0 * bpe) * hidden / sp
+    rp = float(rope) * 8.0 * bpe * qk_shard
+    act_f = float(act) * float(gated) * 2.0 * bpe * ffn_shard
+    act_b = float(act) * float(gated) * 4.0 * bpe * ffn_shard
+    return nf + rp + act_f, nb + rp + act_b
+
+
 def replica_speed(ctx: ModelContext, tp, pp) -> np.ndarray:
     """(N, P) training FLOP/s of one data-parallel replica (tp * pp GPUs) in each pool: the weight of
     the pool's replicas when the step's samples are split (the trainer splits by the same numbers,
@@ -121,11 +151,14 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     gpus = f["train_gpus"] + f["shared_gpus"]  # (N, P)
     staged = ctx.stage_layers is not None
     tok = ctx.prompt_len + ctx.resp_mean
+    # a sequence's attention work grows with its length squared: averaged over the response lengths it is
+    # E[(p + L)^2], the mean's square plus the variance (each packed sequence attends only to itself)
+    tok2 = tok ** 2 if ctx.lengths is None else ctx.lengths.mean_square(ctx.prompt_len)
     n_fwd, n_bwd = pass_counts(ctx, f["recompute"])
     passes = (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))  # matmul work in forwards (a backward is two)
     # per sample and one forward: a layer's matmuls (attention over half the keys with causal flash
     # attention, all of them where the kernel computes the full score matrix) and the LM head
-    layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok / 2.0 if ctx.flash else tok)
+    layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok2 / tok / 2.0 if ctx.flash else tok2 / tok)
     weight_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
     attn_f = layer_f - weight_f  # QK^T and AV: BF16 in an FP8 run (`ctx.flops_hp`)
     head_f = 2.0 * ctx.vocab * ctx.hidden * tok
@@ -150,9 +183,13 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # HBM (score-matrix passes when attention is unfused), TP all-reduces and a per-layer floor
     rate = tp[:, None] * ctx.flops * e["mfu"]
     rate_hp = rate if ctx.flops_hp is None else tp[:, None] * ctx.flops_hp * e["mfu"]
-    score = 0.0 if ctx.flash else ctx.heads / tp * tok ** 2
+    score = 0.0 if ctx.flash else ctx.heads / tp * tok2
     sp = np.where(ctx.sequence_parallel, tp, 1).astype(float)
     ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2, sp)
+    if ctx.eager_norm or ctx.eager_rope or ctx.eager_act:  # eager PyTorch ops: several kernels per norm, RoPE, act.
+        xf, xb = eager_elementwise_bytes(ctx.hidden, (ctx.q_dim + ctx.kv_dim) / tp, ctx.ffn / tp, ctx.bpe,
+                                         ctx.gated, sp, ctx.eager_norm, ctx.eager_rope, ctx.eager_act)
+        ew_f, ew_b = ew_f + tok * xf, ew_b + tok * xb
     ew_sample = (n_fwd + sel) * ew_f + n_bwd * ew_b  # (N,) bytes per sample and layer
     # TP all-reduces per layer and micro-batch, each its latency, per-op framework cost and bytes
     n_ar = tp_collectives(n_fwd[:, None] * np.ones(1), n_bwd, ctx.gated, e["tp_split_projections"][None, :] > 0)
