@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,12 @@ def import_plan(source: str, config: str | None, overrides: list[str], cluster_p
         cfg["_hydra"] = {"config_name": config_name, "model_engine": groups.get("model_engine")}
     shape = READERS[source](cfg, where)
     cluster, workload = load_cluster(cluster_path), load_workload(workload_path)
+    warnings = list(shape.warnings)
+    if shape.elementwise_kernels not in (None, workload.elementwise_kernels):
+        # the kernels are the config's, not the plan's: score what it runs
+        warnings.append(f"the config runs elementwise_kernels {shape.elementwise_kernels}, the workload says "
+                        f"{workload.elementwise_kernels}: scored as the config runs.")
+        workload = replace(workload, elementwise_kernels=shape.elementwise_kernels)
     ref = lambda name, path: SpecRef(name=name, path=str(path), sha256=file_sha256(path))  # noqa: E731
     fixed = layout_from_header(Path(config).read_text()) if config else None
     plan = place(shape, cluster, ref(cluster.name, cluster_path), ref(workload.name, workload_path),
@@ -80,7 +87,6 @@ def import_plan(source: str, config: str | None, overrides: list[str], cluster_p
     except ValueError as err:  # a layout the search space cannot hold (e.g. a TP it never tries)
         raise InputError(where, None, f"cannot be scored: {err}", "a layout of this cluster's search space") from None
     plan = plan.model_copy(update={"predicted": {k: float(np.asarray(v)[0]) for k, v in r.items()}})
-    warnings = list(shape.warnings)
     if plan.predicted.get("repaired", 0) > 0:
         x = problem.encode(plan)
         fixed = problem.layout.repair(x[None])[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from problems.placement.plan import Plan
+from mosearch.export import kernels as K
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
 from problems.placement.names import ASYNC, COLOCATED
@@ -134,6 +135,15 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     if plan.execution.mode != COLOCATED and plan.execution.pipeline_chunks > 1:
         out.append(f"pipeline_chunks {plan.execution.pipeline_chunks} (streaming the step's batch) has no AReaL "
                    "key; one optimizer step per step is kept (ppo_n_minibatches 1).")
+    k = ctx.elementwise_kernels
+    if k and plan.train.pp > 1:  # the Megatron engine (see _train_backend)
+        out.append(f"workload assumes {K.WHAT[k]} (elementwise_kernels {k}); AReaL 1.0.4's Megatron engine has no "
+                   "key for Megatron's RoPE and activation fusions (its model bridge sets them): the kernels it runs "
+                   "may differ, and training time with them.")
+    elif k and k != "eager":
+        out.append(f"workload assumes {K.WHAT[k]} (elementwise_kernels {k}); AReaL 1.0.4's FSDP engine runs Hugging "
+                   "Face's eager modules (no switch): training slower than predicted; set elementwise_kernels: eager "
+                   "in the workload to plan for that.")
     if not ctx.has_workload:
         out.append("no workload spec: train_dataset.batch_size and gconfig.n_samples are left out.")
     if not ctx.has_cluster:

@@ -25,6 +25,7 @@ class ExportContext:
     response_max: int | None = None
     precision: str | None = None  # the workload's training precision (bf16, fp16, fp8, tf32, fp32)
     reference: bool = False  # a frozen reference model for a KL term (PPO always; GRPO when the workload asks)
+    elementwise_kernels: str | None = None  # the workload's (names.ELEMENTWISE_KERNELS); None: no switch emitted
 
     @classmethod
     def from_specs(cls, cluster=None, workload=None) -> "ExportContext":
@@ -37,7 +38,8 @@ class ExportContext:
             w = workload
             fields.update(model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
                           samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len,
-                          response_max=w.response_max, reference=w.has_reference, precision=w.precision)
+                          response_max=w.response_max, reference=w.has_reference, precision=w.precision,
+                          elementwise_kernels=w.elementwise_kernels)
         return cls(**fields)
 
     def node_size(self, pool: str, at_least: int = 1) -> int:

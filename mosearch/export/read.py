@@ -20,6 +20,7 @@ from problems.errors import InputError
 from problems.placement.plan import Plan, SpecRef
 from problems.specio import validation_error
 from problems.placement.names import COLOCATED
+from mosearch.export import kernels as K
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Shape:
     kv_mem_frac: float
     max_num_seqs: int
     warnings: tuple[str, ...] = ()
+    elementwise_kernels: str | None = None  # what the config's training runs; None: it does not say
 
     @property
     def train_gpus(self) -> int:
@@ -159,6 +161,11 @@ def read_verl(cfg: dict, file: str) -> Shape:
         sharding = "zero1" if _get(actor, "megatron.use_distributed_optimizer", True) else "none"
         recompute = _get(actor, "megatron.override_transformer_config.recompute_granularity") == "full"
         offload = bool(_get(actor, "optim.override_optimizer_config.optimizer_cpu_offload", False))
+        # Megatron-core's TransformerConfig leaves both fusions off
+        kernels, odd = K.from_megatron(bool(_get(actor, "megatron.override_transformer_config.apply_rope_fusion", False)),
+                                       bool(_get(actor, "megatron.override_transformer_config.bias_activation_fusion",
+                                                 False)))
+        warn += [odd] if odd else []
     elif strategy in ("fsdp", "fsdp2"):
         tp = pp = 1
         fsdp = _get(actor, "fsdp_config", {})
@@ -168,6 +175,8 @@ def read_verl(cfg: dict, file: str) -> Shape:
             sharding = "zero3" if _get(fsdp, "reshard_after_forward", True) else "zero2"
         recompute = bool(_get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True))
         offload = bool(_get(fsdp, "offload_policy", False))
+        # Hugging Face's eager modules unless Liger patches them (verl's default: use_liger false)
+        kernels = "fused" if _get(cfg, "actor_rollout_ref.model.use_liger", False) is True else "eager"
         if _get(fsdp, "optimizer_offload", False):
             warn.append("fsdp_config.optimizer_offload moves the optimizer state out between phases only; the plan's "
                         "optimizer offload (during the step) is not it: read as no offload.")
@@ -195,7 +204,7 @@ def read_verl(cfg: dict, file: str) -> Shape:
                  sharding=sharding, micro_batch=micro, recompute=recompute, optimizer_offload=offload,
                  kv_mem_frac=float(_get(arr, "rollout.gpu_memory_utilization", 0.5)),
                  max_num_seqs=_int(cfg, "actor_rollout_ref.rollout.max_num_seqs", 256, file),
-                 warnings=tuple(warn))
+                 warnings=tuple(warn), elementwise_kernels=kernels)
 
 
 # -------------------------------------------------------------------------------------------- AReaL
@@ -288,7 +297,10 @@ def read_areal(cfg: dict, file: str) -> Shape:
                  optimizer_offload=False,  # actor.offload: between phases only (rl_trainer's engine.offload)
                  kv_mem_frac=float(_get(cfg, kv_key, 0.9)),
                  max_num_seqs=_int(cfg, "vllm.max_num_seqs", 256, file),  # vLLMConfig default 256
-                 warnings=tuple(warn))
+                 warnings=tuple(warn),
+                 # the FSDP engine runs Hugging Face's eager modules (no switch); the Megatron engine's
+                 # fusions are set by its model bridge, not the config
+                 elementwise_kernels="eager" if ab == "fsdp" else None)
 
 
 # ------------------------------------------------------------------------------------- export header

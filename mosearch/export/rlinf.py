@@ -7,6 +7,7 @@ Keys and meanings are listed in docs/export.md with where RLinf documents them.
 from __future__ import annotations
 
 from problems.placement.plan import Plan
+from mosearch.export import kernels as K
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
 from problems.placement.names import ASYNC, COLOCATED
@@ -53,16 +54,22 @@ def _model(plan: Plan, ctx: ExportContext) -> dict:
                 "pipeline_model_parallel_size": t.pp,
                 "recompute_granularity": "full" if t.recompute else None,
                 "recompute_method": "block" if t.recompute else None,
+                # build_transformer_config defaults: rope fusion off, activation fusion on
+                **(K.megatron_fusions(ctx.elementwise_kernels) if ctx.elementwise_kernels else {}),
             },
             # ZeRO-1 style sharding is the distributed optimizer; the plan's optimizer offload (CPU Adam
             # during the step) is Megatron's optimizer_cpu_offload (rlinf/config.py validate_megatron_cfg)
             "optim": {"use_distributed_optimizer": t.sharding != "none",
                       "optimizer_cpu_offload": t.optimizer_offload},
         }
+    fsdp: dict = {}
+    if ctx.elementwise_kernels:  # Hugging Face modules: eager unless Liger patches them
+        fsdp["use_liger_kernel"] = K.liger(ctx.elementwise_kernels)
     return {
         "training_backend": "fsdp",
         "enable_offload": colocated,  # offload the actor between phases (context switch)
         "fsdp_config": {
+            **fsdp,
             "strategy": "fsdp2",
             "sharding_strategy": _FSDP_SHARDING[t.sharding],
             "gradient_checkpointing": t.recompute,
@@ -139,6 +146,13 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
                    "(actor.enable_offload), not during the step.")
     if plan.weight_sync.route == "staged":
         out.append("weight_sync route 'staged' has no RLinf key.")
+    k = ctx.elementwise_kernels
+    if k and megatron(plan, ctx):
+        out += [n for n in [K.megatron_note(k, "RLinf")] if n]
+    elif k and K.liger(k):
+        out.append(K.liger_note(k, "actor.fsdp_config.use_liger_kernel").rstrip(".") + "; RLinf applies Liger only "
+                   "to the model types qwen2.5, qwen2.5_vl, qwen3_vl, qwen3_moe and qwen3_vl_moe (actor.model.model_type): others run Hugging "
+                   "Face's eager modules, training slower than predicted.")
     if not ctx.has_cluster:
         out.append("no cluster spec: 8 GPUs per node assumed.")
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from problems.placement.names import ASYNC, COLOCATED, DISAGGREGATED, PARAM_SHARDINGS
 from problems.placement.plan import Plan
+from mosearch.export import kernels as K
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
 
@@ -31,7 +32,7 @@ def off_policy_threshold(k: int) -> int:
     return k + 1
 
 
-def _engine(plan: Plan) -> tuple[dict, dict]:
+def _engine(plan: Plan, ctx: ExportContext) -> tuple[dict, dict]:
     """The Megatron or FSDP block of one trained model (the actor; the critic has the same layout,
     as the plan models them) and its optimizer overrides."""
     t = plan.train
@@ -50,6 +51,8 @@ def _engine(plan: Plan) -> tuple[dict, dict]:
                 "recompute_granularity": "full" if full else None,
                 "recompute_method": "uniform" if full else None,
                 "recompute_num_layers": 1 if full else None,
+                # Megatron-core leaves both off unless asked (TransformerConfig defaults)
+                **(K.megatron_fusions(ctx.elementwise_kernels) if ctx.elementwise_kernels else {}),
             },
         }
         optim = ({"override_optimizer_config": {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0}}
@@ -67,7 +70,7 @@ def _engine(plan: Plan) -> tuple[dict, dict]:
 
 def _train_block(plan: Plan, ctx: ExportContext) -> dict:
     t = plan.train
-    block, optim = _engine(plan)
+    block, optim = _engine(plan, ctx)
     actor: dict = {}
     if megatron(plan):
         actor["strategy"] = "megatron"
@@ -88,12 +91,18 @@ def _train_block(plan: Plan, ctx: ExportContext) -> dict:
     return actor
 
 
-def _critic_block(plan: Plan) -> dict:
+def _model_block(plan: Plan, ctx: ExportContext) -> dict:
+    m: dict = {"enable_gradient_checkpointing": plan.train.recompute}
+    if ctx.elementwise_kernels and not megatron(plan):  # Hugging Face modules: eager unless Liger patches them
+        m["use_liger"] = K.liger(ctx.elementwise_kernels)
+    return m
+
+
+def _critic_block(plan: Plan, ctx: ExportContext) -> dict:
     """PPO's critic: a TrainingWorker in verl's one global pool (trainer_base._init_resource_pool_mgr),
     on the actor's GPUs with the actor's layout, as the plan models it."""
-    block, optim = _engine(plan)
-    critic: dict = {"ppo_micro_batch_size_per_gpu": plan.train.micro_batch,
-                    "model": {"enable_gradient_checkpointing": plan.train.recompute}}
+    block, optim = _engine(plan, ctx)
+    critic: dict = {"ppo_micro_batch_size_per_gpu": plan.train.micro_batch, "model": _model_block(plan, ctx)}
     if megatron(plan):
         critic["megatron"] = block
         if optim:
@@ -149,7 +158,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     arr: dict = {
         # separate_async with hybrid_engine false serves rollout from the standalone nodes only
         "hybrid_engine": colocated,
-        "model": {"enable_gradient_checkpointing": plan.train.recompute},
+        "model": _model_block(plan, ctx),
         "actor": _train_block(plan, ctx),
         "rollout": _rollout_block(plan, ctx, nodes),
     }
@@ -157,7 +166,7 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
         arr["ref"] = {"log_prob_micro_batch_size_per_gpu": plan.train.micro_batch}
     cfg["actor_rollout_ref"] = arr
     if ctx.algorithm == "ppo":
-        cfg["critic"] = _critic_block(plan)
+        cfg["critic"] = _critic_block(plan, ctx)
     v1: dict = {"trainer_mode": "sync" if colocated else "separate_async"}
     if not colocated:
         # one weight sync per optimizer step, i.e. per plan step
@@ -228,8 +237,13 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     if plan.weight_sync.route == "staged":
         out.append("weight_sync route 'staged' (one copy per region, then fan-out) has no verl key; "
                    "verl's checkpoint engine sends from the trainer ranks directly.")
+    if ctx.elementwise_kernels:
+        note = (K.megatron_note(ctx.elementwise_kernels, "verl") if megatron(plan)
+                else K.liger_note(ctx.elementwise_kernels, "actor_rollout_ref.model.use_liger"))
+        out += [note] if note else []
     if not ctx.has_workload:
-        out.append("no workload spec: algorithm, data sizes, ppo_mini_batch_size and rollout.n are left out.")
+        out.append("no workload spec: algorithm, data sizes, ppo_mini_batch_size, rollout.n and the element-wise "
+                   "kernel switches are left out.")
     if not ctx.has_cluster:
         out.append("no cluster spec: 8 GPUs per node assumed.")
     return out

@@ -50,12 +50,14 @@ def _hydra_value(v) -> str:
 
 def hydra_overrides(cfg: dict, prefix: str = "", add: bool = False) -> list[str]:
     """A nested export as the `key=value` arguments a user passes to verl's main_ppo; keys inside the
-    open `override_*_config` dicts (empty in verl's config) are added with `++`, as verl's docs do."""
+    open `override_*_config` dicts are added with `++`, as verl's docs do (a key verl's YAML does not list,
+    such as apply_rope_fusion, needs it)."""
     out = []
     for k, v in cfg.items():
         key = f"{prefix}.{k}" if prefix else k
         if isinstance(v, dict):
-            out += hydra_overrides(v, key, add or k in ("override_optimizer_config", "override_ddp_config"))
+            out += hydra_overrides(v, key, add or k in ("override_optimizer_config", "override_ddp_config",
+                                                                  "override_transformer_config"))
         else:
             out.append(f"{'++' if add else ''}{key}={_hydra_value(v)}")
     return out
