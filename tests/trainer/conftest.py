@@ -29,10 +29,13 @@ def ray_local():
     """ONE local Ray for every test that needs it, with 4 emulated `cpu-local` devices."""
     import ray
 
+    from trainer.placement import _loopback_only
+
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=8, resources={"gpu:cpu-local": 4}, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, _node_ip_address="127.0.0.1")
+        with _loopback_only():  # as a local `mosearch train` starts its Ray: every listener on 127.0.0.1
+            ray.init(num_cpus=8, resources={"gpu:cpu-local": 4}, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, _node_ip_address="127.0.0.1")
     yield ray
     if started:
         ray.shutdown()

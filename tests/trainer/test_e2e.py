@@ -95,6 +95,7 @@ def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
     lay = summary["layout"]
     placed = lay.pop("placed")
     assert lay.pop("weight_sync")["path"] == "broadcast"
+    assert lay.pop("rendezvous") == "127.0.0.1"  # a local Ray: the ranks meet on loopback
     assert lay == {"engines": 2, "dp": 2, "tp": 1, "pp": 1, "sharding": "none", "stages": [2], "emulated": False, "device": "cpu",
                    "notes": [], "params_per_rank": [lay["params_per_rank"][0]] * 2, "engine_tp": [1, 1]}
     assert sorted((p["role"], p["index"]) for p in placed) == [("engine", 0), ("engine", 1), ("rank", 0), ("rank", 1)]
