@@ -25,6 +25,7 @@ OTHER_COLOUR = "#7f7f7f"
 # -- element-wise kernels of the training layers ---------------------------------------------------
 # how the training layers run their element-wise operations (model/training.py `eager_elementwise_bytes`)
 ELEMENTWISE_KERNELS: tuple[str, ...] = ("fused", "eager", "eager-fused-norm", "eager-activation")
+FUSED_KERNELS, EAGER_KERNELS = ELEMENTWISE_KERNELS[:2]
 # which of (RMSNorm, RoPE, the gated MLP's activation) each setting runs as eager PyTorch ops
 EAGER_PARTS = {"fused": (False, False, False), "eager": (True, True, True), "eager-fused-norm": (False, True, True),
                "eager-activation": (False, False, True)}

@@ -25,7 +25,7 @@ from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
-from problems.placement.names import COLOCATED, ELEMENTWISE_KERNELS_HELP, SHARDINGS
+from problems.placement.names import COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP, SHARDINGS
 from problems.placement.plan import Sharding
 from problems.specio import load_model
 
@@ -498,6 +498,11 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
                      f"{engines} engine(s) at TP {etp}, train dp={dp} tp={tp} pp={pp} sharding={sharding}"
                      + (f"; the {devices} devices share this machine's {_cores()} cores, each at {share:.2g} of a "
                         "device's speed (a fair share of the cores)" if share < 1 else ""))
+    if lay.get("device") == "cuda" and wl.elementwise_kernels != EAGER_KERNELS:
+        # this project's trainer runs Hugging Face's modules in eager PyTorch on GPUs too
+        notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "
+                     f"RMSNorm, RoPE and the MLP activation unfused); the plan assumed {wl.elementwise_kernels}")
+        wl = dataclasses.replace(wl, elementwise_kernels=EAGER_KERNELS)
     out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
     if out.get("repaired"):
         notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")

@@ -53,6 +53,20 @@ def test_emulated_run_is_predicted_for_what_ran_here(tmp_path):
     assert got["model_states_gb"] < 0.1 and got["decode_tokens_s"] != pytest.approx(gpu["decode_tokens_s"])
 
 
+def test_gpu_run_of_this_trainer_is_predicted_with_eager_kernels(tmp_path):
+    """On GPUs the trainer runs Hugging Face's eager modules: a plan made with fused element-wise
+    kernels (the workload's default) is predicted for what runs, and says so."""
+    _, _, path = _plan(tmp_path, "mixed-8.yaml", "qwen2.5-7b-grpo.yaml")
+    summary = _summary()
+    summary["run"]["model"] = "qwen2.5-7b"
+    plain, plain_notes = predict_run(path, summary)
+    summary["layout"]["device"] = "cuda"
+    got, notes = predict_run(path, summary)
+    assert not any("elementwise_kernels" in n for n in plain_notes)
+    assert [n for n in notes if "elementwise_kernels eager" in n and "assumed fused" in n]
+    assert got["train_s"] > plain["train_s"] * 1.001 and got["rollout_s"] == pytest.approx(plain["rollout_s"])
+
+
 def test_comparison_table_and_printout(tmp_path, capsys):
     _, _, path = _plan(tmp_path, "local.yaml", "tiny-grpo.yaml")
     summary = _summary()
