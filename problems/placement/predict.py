@@ -376,14 +376,24 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     plan = inputs.plan
     cl = cluster or inputs.cluster()
     wl = workload or inputs.workload()
+    given = {"prompts_per_step": prompts_per_step, "group_size": group_size, "prompt_len": prompt_len,
+             "response_mean": response_mean, "response_max": response_max, "mini_batches": mini_batches}
+    for key, v in given.items():
+        # a zero or negative setting would give negative or NaN times, not an error
+        if v is not None and v <= 0:
+            raise InputError("command line", "--" + key.replace("_", "-"), f"got {v}", "a positive integer")
     changes = {k: v for k, v in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", group_size),
                                  ("prompt_len", prompt_len), ("response_mean", response_mean),
                                  ("response_max", response_max)) if v is not None}
     if "response_mean" in changes and "response_max" not in changes:
         changes["response_max"] = max(wl.response_max, changes["response_mean"])
+    if response_max is not None and response_max < changes.get("response_mean", wl.response_mean):
+        raise InputError("command line", "--response-max", f"{response_max} is below the mean response length "
+                         f"{changes.get('response_mean', wl.response_mean)}", "at least --response-mean, or the "
+                         "workload's response_len.mean")
     wl = dataclasses.replace(wl, **changes)
     prob = PlacementProblem(cl, wl)
-    prob.ctx.updates = max(int(mini_batches), 1)
+    prob.ctx.updates = int(mini_batches)
     try:
         x = prob.encode(plan)
     except ValueError as err:
@@ -491,6 +501,8 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
                      f"{engines} engine(s) at TP {etp}, train dp={dp} tp={tp} pp={pp} sharding={sharding}"
                      + (f"; the {devices} devices share this machine's {_cores()} cores, each at {share:.2g} of a "
                         "device's speed (a fair share of the cores)" if share < 1 else ""))
+    if kw["response_mean"] is None and kw["response_max"] is not None and kw["response_max"] < wl.response_mean:
+        kw["response_mean"] = kw["response_max"]  # no lengths measured: none was longer than the run allowed
     out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
     if out.get("repaired"):
         notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")

@@ -263,3 +263,24 @@ def test_replicas_of_different_gpu_types_split_the_batch_evenly():
     assert mixed["layout"]["replica_gpus"] == ["H100", "V100"]
     with pytest.raises(ValueError, match="replica_gpus"):
         job(dp=2, replica_gpus=["H100"])
+
+
+def test_cli_plan_settings_must_be_positive_and_max_at_least_mean(tmp_path):
+    """`predict --plan` with a zero or negative setting printed negative or NaN step times (exit 0);
+    a --response-max below the mean was scored as given. Each is now one line naming the flag, exit 2."""
+    from tests.placement.conftest import problem
+
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    x = prob.layout.repair(((prob.xl + prob.xu) / 2)[None, :])[0]
+    path = tmp_path / "plan.yaml"
+    path.write_text(prob.decode(x, lifetime=False).to_yaml())
+    for flags, key in ((("--prompts-per-step", "-5"), "--prompts-per-step"), (("--group-size", "0"), "--group-size"),
+                       (("--mini-batches", "0"), "--mini-batches"), (("--response-mean", "0"), "--response-mean"),
+                       (("--response-mean", "5000", "--response-max", "100"), "--response-max"),
+                       (("--response-max", "100"), "--response-max")):  # the workload's mean is 2048
+        res = _cli("--plan", str(path), *flags)
+        assert res.returncode == 2, (flags, res.stdout[:200])
+        assert res.stderr.count("\n") == 1 and key in res.stderr and "Traceback" not in res.stderr, res.stderr
+    ok = _cli("--plan", str(path), "--response-mean", "5000", "--json")  # the limit follows the mean
+    assert ok.returncode in (0, 3), ok.stderr
+    assert json.loads(ok.stdout)["step_s"] > 0
