@@ -394,6 +394,12 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     wl = dataclasses.replace(wl, **changes)
     prob = PlacementProblem(cl, wl)
     prob.ctx.updates = int(mini_batches)
+    counts = {q.id: q.count for q in cl.pools}
+    for i, p in enumerate(plan.pools):
+        # encoding would clip the plan to the cluster and score another plan (a cluster file edited since)
+        if p.used_gpus > counts.get(p.pool, p.used_gpus):
+            raise InputError(str(plan_file), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
+                             f"at most the {counts[p.pool]} its cluster {cl.name} has")
     try:
         x = prob.encode(plan)
     except ValueError as err:

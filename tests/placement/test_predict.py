@@ -284,3 +284,29 @@ def test_cli_plan_settings_must_be_positive_and_max_at_least_mean(tmp_path):
     ok = _cli("--plan", str(path), "--response-mean", "5000", "--json")  # the limit follows the mean
     assert ok.returncode in (0, 3), ok.stderr
     assert json.loads(ok.stdout)["step_s"] > 0
+
+
+def test_cli_plan_using_more_gpus_than_its_cluster_has_is_refused(tmp_path):
+    """A plan whose cluster file was edited since (fewer GPUs) was clipped to the cluster and another
+    plan scored (0.05 samples/s for a 12.8 samples/s plan, exit 0); now one line naming the pool, exit 2."""
+    import yaml
+
+    from tests.placement.conftest import problem
+
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    rng = np.random.default_rng(3)
+    X = prob.layout.repair(prob.xl + rng.random((200, prob.n_var)) * (prob.xu - prob.xl))
+    plans = [prob.decode(x, lifetime=False) for x in X]
+    plan = next(p for p in plans if any(q.used_gpus == 4 for q in p.pools))
+    full = next(q for q in plan.pools if q.used_gpus == 4)
+    small = tmp_path / "small.yaml"
+    small.write_text("name: mixed-8\nregions:\n  us-east: {inter_node_gbs: 50}\nnode_groups:\n"
+                     "  - {name: h100-box, gpu: H100, nodes: 1, gpus_per_node: 2, region: us-east}\n"
+                     "  - {name: l40s-box, gpu: L40S, nodes: 1, gpus_per_node: 2, region: us-east}\n")
+    data = yaml.safe_load(plan.to_yaml())
+    data["cluster"]["path"] = str(small)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = _cli("--plan", str(path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stdout[:300]
+    assert res.stderr.count("\n") == 1 and f"uses 4 GPUs of {full.pool}" in res.stderr, res.stderr
