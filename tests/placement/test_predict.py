@@ -310,3 +310,19 @@ def test_cli_plan_using_more_gpus_than_its_cluster_has_is_refused(tmp_path):
     res = _cli("--plan", str(path))
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stdout[:300]
     assert res.stderr.count("\n") == 1 and f"uses 4 GPUs of {full.pool}" in res.stderr, res.stderr
+
+
+def test_cli_flags_of_the_other_prediction_are_refused(tmp_path):
+    """`--prompts-per-step` on a training job, `--dp` with --plan or with --job were silently ignored
+    (figures printed without them, exit 0); now one line naming the flag, exit 2."""
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama3.1-8b\ngpu: H100\nseq_len: 1024\nglobal_batch: 8\n")
+    base = ("--model", "llama3.1-8b", "--gpu", "H100", "--dp", "4", "--seq-len", "4096", "--global-batch", "64")
+    for argv, flag in (((*base, "--prompts-per-step", "4"), "--prompts-per-step"),
+                       ((*base, "--mini-batches", "2"), "--mini-batches"),
+                       (("--job", str(job), "--dp", "4"), "--dp"),
+                       (("--plan", str(job), "--recompute"), "--recompute")):
+        res = _cli(*argv)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1 and flag in res.stderr, (argv, res.stderr)
+        assert "not used" in res.stderr and res.stdout == ""
+    assert _cli(*base).returncode in (0, 3) and _cli("--job", str(job)).returncode in (0, 3)  # 3: does not fit
