@@ -74,6 +74,8 @@ def _check(args) -> None:
         raise InputError(None, "--pop-size", f"got {args.pop_size}", "at least 4")
     if args.jobs < 1:
         raise InputError(None, "--jobs", f"got {args.jobs}", "1 or more")
+    if args.seed is not None and not 0 <= args.seed < 2 ** 32:  # what NumPy's generators take
+        raise InputError(None, "--seed", f"got {args.seed}", "an integer from 0 to 2**32 - 1")
     if args.max_mem_frac is not None and not 0 < args.max_mem_frac <= 1:
         raise InputError(None, "--max-mem-frac", f"got {args.max_mem_frac}", "a fraction in (0, 1]")
     for flag, v in (("--max-cost", args.max_cost), ("--min-throughput", args.min_throughput),

@@ -202,6 +202,8 @@ def test_baseline_algorithms_by_name(tmp_path, algorithm):
     (["--algorithm", "simulated-annealing"], "--algorithm"),
     (["--max-mem-frac", "1.5"], "--max-mem-frac"),
     (["--jobs", "0"], "--jobs"),
+    (["--seed", "-1"], "--seed"),  # was NumPy's ValueError with a traceback, after reading the specs
+    (["--seed", str(2 ** 32)], "--seed"),
 ])
 def test_bad_options_exit_2(tmp_path, capsys, argv, key):
     code = main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / "bad"), *argv])
