@@ -162,6 +162,10 @@ class Driver:
                               reward_weights=cfg.reward_weights, reward_errors=cfg.reward_errors)
         self.loggers = Loggers(cfg.loggers, self.out, asdict(cfg))  # checked now: a missing package is one line
         self.model_path = resolve_model(cfg.model)
+        if cfg.backend == "vllm":
+            from trainer.rollout.vllm_engine import check_model
+
+            check_model(self._config(), self.model_path, self.found.cuda)
         P.fit_model(self.layout, self._config())
         if cfg.warm_start_steps:
             from trainer.models.warmstart import warm_start
