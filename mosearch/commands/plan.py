@@ -131,7 +131,7 @@ def run(args) -> int:
     state = "PARTIAL (interrupted): " if res.partial else ""
     out.print(f"{state}{outcome.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
                   f"{res.history[-1]['hv']:.4f}; knee {knee_id}. Written to {args.out}/ "
-                  f"(front.csv, plans/, report.html). Next: mosearch pick {args.out}")
+                  f"(front.csv, plans/{'' if args.no_report else ', report.html'}). Next: mosearch pick {args.out}")
     if res.partial:
         print("mosearch: search interrupted; the front written is what was found so far", file=sys.stderr)
         return 130
