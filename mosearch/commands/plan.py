@@ -77,12 +77,7 @@ def _check(args) -> None:
         raise InputError(None, "--jobs", f"got {args.jobs}", "1 or more")
     if args.seed is not None and not 0 <= args.seed < 2 ** 32:  # what NumPy's generators take
         raise InputError(None, "--seed", f"got {args.seed}", "an integer from 0 to 2**32 - 1")
-    if args.max_mem_frac is not None and not 0 < args.max_mem_frac <= 1:
-        raise InputError(None, "--max-mem-frac", f"got {args.max_mem_frac}", "a fraction in (0, 1]")
-    for flag, v in (("--max-cost", args.max_cost), ("--min-throughput", args.min_throughput),
-                    ("--max-staleness", args.max_staleness)):
-        if v is not None and v < 0:
-            raise InputError(None, flag, f"got {v}", "a number >= 0")
+    Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac).check()
     algorithms.check_name(args.algorithm)
     _resolution(args)
     if args.checkpoint_every < 1:

@@ -68,6 +68,18 @@ def test_pick_nothing_meets_the_limits(mixed8_run, tmp_path, capsys):
     assert "No plan" in text and "closest" in text
 
 
+@pytest.mark.parametrize("argv, flag", [(["--max-cost", "-3"], "--max-cost"), (["--max-mem-frac", "0"], "--max-mem-frac"),
+                                        (["--max-staleness", "-1"], "--max-staleness"),
+                                        (["--min-throughput", "nan"], "--min-throughput")])
+def test_pick_limit_no_plan_can_meet_is_bad_input(mixed8_run, tmp_path, capsys, argv, flag):
+    """As `plan` refuses them: '--max-cost -3' was answered 'No plan of the N found meets cost <= -3 $/h'
+    with the closest plans, exit 1."""
+    out = tmp_path / "p.yaml"
+    assert main(["pick", str(mixed8_run), *argv, "--out", str(out)]) == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err
+
+
 def test_pick_bad_weights(mixed8_run, capsys):
     assert main(["pick", str(mixed8_run), "--weights", "speed=2"]) == 2
     assert "--weights" in capsys.readouterr().err
