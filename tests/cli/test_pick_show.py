@@ -206,3 +206,12 @@ def test_front_all_holds_no_plan_beaten_beyond_the_resolution_in_throughput_and_
         assert not beaten.any()
     ids = [p.plan_id for p in run.all_plans]
     assert ids == [f"p{i:03d}" for i in range(len(ids))]  # named after the filter: no gaps
+
+
+def test_show_with_a_bad_plan_file_prints_no_table(mixed8_run, tmp_path, capsys):
+    """`show RUN --with FILE` printed the whole front table, then the one-line refusal of FILE."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["show", str(mixed8_run), "--with", str(empty)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and str(empty) in out.err
