@@ -67,6 +67,7 @@ def _check(args) -> None:
     for flag, v in (("--cluster", args.cluster), ("--workload", args.workload), ("--out", args.out)):
         if not v:
             raise InputError(None, flag, "missing", f"{flag} (or --resume RUN_DIR)")
+    _check_out(args.out)
     if args.evals is not None and args.evals < 1:
         raise InputError(None, "--evals", f"got {args.evals}", "a positive number of evaluations")
     if args.time_s is not None and args.time_s <= 0:
@@ -82,6 +83,18 @@ def _check(args) -> None:
     _resolution(args)
     if args.checkpoint_every < 1:
         raise InputError(None, "--checkpoint-every", f"got {args.checkpoint_every}", "1 or more generations")
+
+
+def _check_out(out: str) -> None:
+    """--out must be, or be creatable as, a directory: a file there (or on its path) ended in
+    FileExistsError / NotADirectoryError with a traceback after the search."""
+    from pathlib import Path
+
+    path = Path(out)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        raise InputError(None, "--out", f"{path} is a file", "a run directory (new, or one `mosearch plan` wrote)")
 
 
 def _resolution(args):

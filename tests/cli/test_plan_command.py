@@ -202,6 +202,8 @@ def test_baseline_algorithms_by_name(tmp_path, algorithm):
     (["--algorithm", "simulated-annealing"], "--algorithm"),
     (["--max-mem-frac", "1.5"], "--max-mem-frac"),
     (["--jobs", "0"], "--jobs"),
+    (["--out", __file__], "--out"),  # a file: was FileExistsError with a traceback
+    (["--out", __file__ + "/run"], "--out"),  # under a file: NotADirectoryError
     (["--seed", "-1"], "--seed"),  # was NumPy's ValueError with a traceback, after reading the specs
     (["--seed", str(2 ** 32)], "--seed"),
 ])
