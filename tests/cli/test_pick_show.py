@@ -215,3 +215,15 @@ def test_show_with_a_bad_plan_file_prints_no_table(mixed8_run, tmp_path, capsys)
     assert main(["show", str(mixed8_run), "--with", str(empty)]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1 and str(empty) in out.err
+
+
+def test_pick_out_naming_a_folder_or_under_a_file_is_one_line(mixed8_run, tmp_path, capsys):
+    """`pick --out DIR` ended in IsADirectoryError from the atomic rename, `--out FILE/x.yaml` in
+    FileExistsError, both with a traceback (import --out and export --out alike: problems/atomic.py)."""
+    a_file = tmp_path / "f.yaml"
+    a_file.write_text("x: 1\n")
+    for out in (tmp_path, a_file / "plan.yaml"):
+        assert main(["pick", str(mixed8_run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(out) in err
+    assert a_file.read_text() == "x: 1\n" and not list(tmp_path.glob(".*.tmp"))
