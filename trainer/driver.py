@@ -149,6 +149,9 @@ class Driver:
         if cfg.group_size < 2 and cfg.algo == "grpo":
             raise InputError(None, "group_size", f"got {cfg.group_size}", ">= 2 for GRPO's group baseline")
         self.out = Path(cfg.out)
+        first = next((d for d in (self.out, *self.out.parents) if d.exists()), None)
+        if first is not None and not first.is_dir():  # found here, not after Ray and the engines started
+            raise InputError(None, "out", f"{first} is a file", "a run directory (new, or a run's to resume)")
         self.recovery = Recovery(self)  # reads MOSEARCH_INJECT_FAULTS: a bad entry is refused here
         self.records = Records(self)
         # Refuse a plan for another cluster before any model, actor or placement group is made.

@@ -1,6 +1,7 @@
-"""A model vLLM's CPU attention cannot run (head size 16: hidden 64 over 4 heads, what a first tiny
-config often has) is refused by `mosearch train` in one line naming config.json's head_dim, before
-any engine starts; it used to fail at the first decode step with vLLM's RuntimeError and a traceback."""
+"""Bad input `mosearch train` refuses in one line before any engine starts: a model vLLM's CPU
+attention cannot run (head size 16: hidden 64 over 4 heads, what a first tiny config often has),
+named by config.json's head_dim (it failed at the first decode step with vLLM's RuntimeError and a
+traceback), and an --out that is a file."""
 
 from __future__ import annotations
 
@@ -56,3 +57,16 @@ def test_supported_head_size_passes_the_check(tmp_path):
     check_model(bad, tmp_path / "bad", cuda=True)  # CUDA attention is not this check's
     with pytest.raises(InputError):
         check_model(bad, tmp_path / "bad", cuda=False)
+
+
+def test_train_out_that_is_a_file_is_one_line_before_anything_starts(tmp_path, capsys, monkeypatch):
+    """`train --out FILE` ended in FileExistsError with a traceback, after Ray and the engines had started."""
+    a_file = tmp_path / "f.txt"
+    a_file.write_text("x")
+    monkeypatch.chdir(ROOT)
+    for out in (a_file, a_file / "run"):
+        code = main(["train", "--plan", "tests/trainer/data/local_plan.yaml", "--steps", "1", "--out", str(out)])
+        err = capsys.readouterr().err
+        line = [x for x in err.splitlines() if x.startswith("mosearch:")]
+        assert code == 2 and len(line) == 1 and f"{a_file} is a file" in line[0], err[-1500:]
+    assert a_file.read_text() == "x"
