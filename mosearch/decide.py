@@ -221,6 +221,17 @@ class Limits:
     def any(self) -> bool:
         return any(v is not None for v in (self.max_cost, self.min_throughput, self.max_staleness, self.max_mem_frac))
 
+    def check(self) -> None:
+        """Refuse limits no plan can meet by their sign (one line naming the flag; `plan` and `pick` alike)."""
+        from problems.errors import InputError
+
+        if self.max_mem_frac is not None and not 0 < self.max_mem_frac <= 1:
+            raise InputError(None, "--max-mem-frac", f"got {self.max_mem_frac}", "a fraction in (0, 1]")
+        for flag, v in (("--max-cost", self.max_cost), ("--min-throughput", self.min_throughput),
+                        ("--max-staleness", self.max_staleness)):
+            if v is not None and not v >= 0:
+                raise InputError(None, flag, f"got {v}", "a number >= 0")
+
     def describe(self) -> str:
         parts = []
         if self.min_throughput is not None:

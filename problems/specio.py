@@ -95,12 +95,40 @@ def _unknown_key(error: dict, errors: list[dict], model: type[BaseModel] | None)
 def validation_error(path: str | Path, err: ValidationError, model: type[BaseModel] | None = None) -> InputError:
     """The first problem, an unknown key before the rest: a misspelt key is also reported as its
     right spelling missing, and the misspelling is the cause."""
-    errors = err.errors()
+    errors = _without_branch_tags(err.errors())
+    # a union (`model: str | ModelSpec`) reports a type mismatch for each branch the value is not of:
+    # the problem is in the branch it is of, when that one reports something
+    wrong_branch = [e for e in errors if e.get("branch") and e["type"].endswith("_type")]
+    if len(wrong_branch) < len(errors):
+        errors = [e for e in errors if e not in wrong_branch]
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     problem, expected = _describe(first)
     if first["type"] == "extra_forbidden":
         expected = _unknown_key(first, errors, model)
+    elif first in wrong_branch:
+        others = [_describe(e)[1] for e in wrong_branch if e["loc"] == first["loc"] and e is not first]
+        expected = " or ".join(dict.fromkeys([expected, *others]))
     return InputError(str(path), key_path(first["loc"]), problem, expected)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _without_branch_tags(errors: list[dict]) -> list[dict]:
+    """pydantic names the union branch in an error's location ('model', 'ModelSpec', 'layers'): the
+    key path a user wrote leaves it out; `branch` marks such errors."""
+    models = set()
+    todo = [BaseModel]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            models.add(sub.__name__)
+            todo.append(sub)
+    out = []
+    for e in errors:
+        loc = tuple(part for i, part in enumerate(e["loc"])
+                    if not (i and isinstance(part, str) and (part in models or part in _TYPE_TAGS)))
+        out.append({**e, "loc": loc, "branch": len(loc) < len(e["loc"])})
+    return out
 
 
 def read_yaml_mapping(path: str | Path, what: str) -> dict:

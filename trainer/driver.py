@@ -149,6 +149,9 @@ class Driver:
         if cfg.group_size < 2 and cfg.algo == "grpo":
             raise InputError(None, "group_size", f"got {cfg.group_size}", ">= 2 for GRPO's group baseline")
         self.out = Path(cfg.out)
+        first = next((d for d in (self.out, *self.out.parents) if d.exists()), None)
+        if first is not None and not first.is_dir():  # found here, not after Ray and the engines started
+            raise InputError(None, "out", f"{first} is a file", "a run directory (new, or a run's to resume)")
         self.recovery = Recovery(self)  # reads MOSEARCH_INJECT_FAULTS: a bad entry is refused here
         self.records = Records(self)
         # Refuse a plan for another cluster before any model, actor or placement group is made.
@@ -162,6 +165,10 @@ class Driver:
                               reward_weights=cfg.reward_weights, reward_errors=cfg.reward_errors)
         self.loggers = Loggers(cfg.loggers, self.out, asdict(cfg))  # checked now: a missing package is one line
         self.model_path = resolve_model(cfg.model)
+        if cfg.backend == "vllm":
+            from trainer.rollout.vllm_engine import check_model
+
+            check_model(self._config(), self.model_path, self.found.cuda)
         P.fit_model(self.layout, self._config())
         if cfg.warm_start_steps:
             from trainer.models.warmstart import warm_start

@@ -130,6 +130,9 @@ def export(run: str | Path, out: str | Path, step: int | None = None, log=print)
         raise InputError(str(path / "layout.json"), "model_path", f"base model {base} is gone",
                          "the model directory the run trained (its config and tokenizer are exported with the weights)")
     out = Path(out)
+    first = next((d for d in (out, *out.parents) if d.exists()), None)
+    if first is not None and not first.is_dir():  # iterdir / mkdir would raise NotADirectoryError
+        raise InputError(str(out), None, f"{first} is a file", "a new directory")
     if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file():
         raise InputError(str(out), None, "exists and is not an earlier export", "a new directory")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")

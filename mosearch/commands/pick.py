@@ -65,6 +65,7 @@ def run(args) -> int:
     weights = _parse("--weights", decide.parse_weights, args.weights) if args.weights else None
     res = _parse("--resolution", decide.parse_resolution, args.resolution) if args.resolution else run_.resolution
     limits = Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac)
+    limits.check()
     F = objective_matrix(plans)
     choice = decide.choose(F, limits, weights, decide.rule_for(limits, weights, args.knee), res)
     con = console()

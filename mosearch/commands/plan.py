@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 
 from mosearch import decide
@@ -66,6 +67,7 @@ def _check(args) -> None:
     for flag, v in (("--cluster", args.cluster), ("--workload", args.workload), ("--out", args.out)):
         if not v:
             raise InputError(None, flag, "missing", f"{flag} (or --resume RUN_DIR)")
+    _check_out(args.out)
     if args.evals is not None and args.evals < 1:
         raise InputError(None, "--evals", f"got {args.evals}", "a positive number of evaluations")
     if args.time_s is not None and args.time_s <= 0:
@@ -74,16 +76,25 @@ def _check(args) -> None:
         raise InputError(None, "--pop-size", f"got {args.pop_size}", "at least 4")
     if args.jobs < 1:
         raise InputError(None, "--jobs", f"got {args.jobs}", "1 or more")
-    if args.max_mem_frac is not None and not 0 < args.max_mem_frac <= 1:
-        raise InputError(None, "--max-mem-frac", f"got {args.max_mem_frac}", "a fraction in (0, 1]")
-    for flag, v in (("--max-cost", args.max_cost), ("--min-throughput", args.min_throughput),
-                    ("--max-staleness", args.max_staleness)):
-        if v is not None and v < 0:
-            raise InputError(None, flag, f"got {v}", "a number >= 0")
+    if args.seed is not None and not 0 <= args.seed < 2 ** 32:  # what NumPy's generators take
+        raise InputError(None, "--seed", f"got {args.seed}", "an integer from 0 to 2**32 - 1")
+    Limits(args.max_cost, args.min_throughput, args.max_staleness, args.max_mem_frac).check()
     algorithms.check_name(args.algorithm)
     _resolution(args)
     if args.checkpoint_every < 1:
         raise InputError(None, "--checkpoint-every", f"got {args.checkpoint_every}", "1 or more generations")
+
+
+def _check_out(out: str) -> None:
+    """--out must be, or be creatable as, a directory: a file there (or on its path) ended in
+    FileExistsError / NotADirectoryError with a traceback after the search."""
+    from pathlib import Path
+
+    path = Path(out)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        raise InputError(None, "--out", f"{path} is a file", "a run directory (new, or one `mosearch plan` wrote)")
 
 
 def _resolution(args):
@@ -97,6 +108,7 @@ def run(args) -> int:
     from mosearch.planner.run import plan_run, resume_run
     from mosearch.report.terminal import console, front_table
 
+    t0 = time.perf_counter()
     if args.resume:
         _check_resume(args)
         args.out = args.resume
@@ -127,9 +139,11 @@ def run(args) -> int:
 
         out.print(describe(outcome.restriction))
     state = "PARTIAL (interrupted): " if res.partial else ""
-    out.print(f"{state}{outcome.evaluations} evaluations in {res.wall_s:.1f} s, hypervolume "
+    # the time of all the evaluations counted (the structured stage's and the seeds' too, not only the
+    # evolutionary search's) and of writing the results: what the user waited for
+    out.print(f"{state}{outcome.evaluations} evaluations in {time.perf_counter() - t0:.1f} s, hypervolume "
                   f"{res.history[-1]['hv']:.4f}; knee {knee_id}. Written to {args.out}/ "
-                  f"(front.csv, plans/, report.html). Next: mosearch pick {args.out}")
+                  f"(front.csv, plans/{'' if args.no_report else ', report.html'}). Next: mosearch pick {args.out}")
     if res.partial:
         print("mosearch: search interrupted; the front written is what was found so far", file=sys.stderr)
         return 130

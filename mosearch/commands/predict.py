@@ -20,6 +20,9 @@ from problems.placement.names import SHARDINGS
 JOB_FLAGS = ("model", "precision", "attention", "seq_len", "global_batch", "micro_batch", "dp", "tp", "pp",
              "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave")
 EXIT_DOES_NOT_FIT = 3
+JOB_ONLY = (*JOB_FLAGS, "stage_layers", "stage_gpus", "replica_gpus", "replica_stage_gpus", "recompute",
+            "sequence_parallel", "no_reshard_after_forward")
+RL_ONLY = ("prompts_per_step", "group_size", "prompt_len", "response_mean", "response_max", "mini_batches")
 PRECISION_HELP = ("bf16 | fp16 | fp8 (bf16 storage, FP8 Linear matmuls) | tf32 | fp32. Both tf32 and fp32 store "
                   "4 bytes; they differ in the matmul units: tf32 = TF32 tensor cores, what fp32 training runs at "
                   "with torch.backends.cuda.matmul.allow_tf32 = True (Megatron-LM and most training scripts set "
@@ -69,7 +72,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("--prompt-len", type=int)
     r.add_argument("--response-mean", type=int)
     r.add_argument("--response-max", type=int)
-    r.add_argument("--mini-batches", type=int, default=1, help="optimizer updates per step")
+    r.add_argument("--mini-batches", type=int, help="optimizer updates per step (default 1)")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.set_defaults(func=run)
 
@@ -127,10 +130,19 @@ def _networks(text: str):
 def run(args: argparse.Namespace) -> int:
     from problems.placement.predict import load_job, predict_plan, predict_training
 
+    # a flag of the other kind of prediction would be ignored: say so instead of printing figures without it
+    unused = JOB_ONLY if args.plan else RL_ONLY + JOB_ONLY if args.job else RL_ONLY
+    wrong = [f for f in unused if getattr(args, f) not in (None, False)]
+    if wrong:
+        why = ("with --plan (the plan gives the layout)" if args.plan else
+               f"with --job (give it in {args.job})" if args.job else "without --plan")
+        raise InputError("command line", "--" + wrong[0].replace("_", "-"), f"not used {why}",
+                         "the RL-step flags with --plan; the training-job flags without --plan and --job")
     if args.plan:
         pred = predict_plan(args.plan, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                             prompt_len=args.prompt_len, response_mean=args.response_mean,
-                            response_max=args.response_max, mini_batches=args.mini_batches)
+                            response_max=args.response_max,
+                            mini_batches=1 if args.mini_batches is None else args.mini_batches)
         print(json.dumps(pred, indent=1) if args.json else format_plan(pred))
         return 0 if pred["fits"] else EXIT_DOES_NOT_FIT
     job = load_job(args.job) if args.job else _job_from_flags(args)

@@ -26,6 +26,7 @@ def run(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise InputError(None, "--limit", f"got {args.limit}", "a positive number of rows")
     run_ = load_run(args.run_dir)
+    mine = _with_plan(args) if args.with_plan else None  # a bad plan file stops before the table
     plans = sort_plans(run_.all_plans if args.all else run_.plans, args.sort)
     shown = plans[: args.limit] if args.limit else plans
     knee_id = run_.info.get("knee")
@@ -43,15 +44,22 @@ def run(args) -> int:
         from mosearch.planner.restriction import describe
 
         print(describe(info["restriction"]))
-    if args.with_plan:
-        from mosearch.compare import against_front, check_same_problem, summary
-        from problems.placement.plan import load_plan
+    if mine is not None:
+        from mosearch.compare import against_front, summary
 
-        mine = load_plan(args.with_plan)
-        check_same_problem(mine, args.run_dir, args.with_plan)
-        if "throughput_samples_s" not in mine.predicted or "cost_usd_h" not in mine.predicted:
-            raise InputError(args.with_plan, "predicted", "no predicted throughput and cost",
-                             "a plan scored by the model (mosearch import --out, mosearch pick)")
         print(summary(mine))
         print(against_front(mine, args.run_dir))
     return 0
+
+
+def _with_plan(args):
+    """The --with plan, read and checked against the run (the same cluster and workload, scored)."""
+    from mosearch.compare import check_same_problem
+    from problems.placement.plan import load_plan
+
+    mine = load_plan(args.with_plan)
+    check_same_problem(mine, args.run_dir, args.with_plan)
+    if "throughput_samples_s" not in mine.predicted or "cost_usd_h" not in mine.predicted:
+        raise InputError(args.with_plan, "predicted", "no predicted throughput and cost",
+                         "a plan scored by the model (mosearch import --out, mosearch pick)")
+    return mine

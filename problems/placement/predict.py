@@ -383,14 +383,30 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     plan = inputs.plan
     cl = cluster or inputs.cluster()
     wl = workload or inputs.workload()
+    given = {"prompts_per_step": prompts_per_step, "group_size": group_size, "prompt_len": prompt_len,
+             "response_mean": response_mean, "response_max": response_max, "mini_batches": mini_batches}
+    for key, v in given.items():
+        # a zero or negative setting would give negative or NaN times, not an error
+        if v is not None and v <= 0:
+            raise InputError("command line", "--" + key.replace("_", "-"), f"got {v}", "a positive integer")
     changes = {k: v for k, v in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", group_size),
                                  ("prompt_len", prompt_len), ("response_mean", response_mean),
                                  ("response_max", response_max)) if v is not None}
     if "response_mean" in changes and "response_max" not in changes:
         changes["response_max"] = max(wl.response_max, changes["response_mean"])
+    if response_max is not None and response_max < changes.get("response_mean", wl.response_mean):
+        raise InputError("command line", "--response-max", f"{response_max} is below the mean response length "
+                         f"{changes.get('response_mean', wl.response_mean)}", "at least --response-mean, or the "
+                         "workload's response_len.mean")
     wl = dataclasses.replace(wl, **changes)
     prob = PlacementProblem(cl, wl)
-    prob.ctx.updates = max(int(mini_batches), 1)
+    prob.ctx.updates = int(mini_batches)
+    counts = {q.id: q.count for q in cl.pools}
+    for i, p in enumerate(plan.pools):
+        # encoding would clip the plan to the cluster and score another plan (a cluster file edited since)
+        if p.used_gpus > counts.get(p.pool, p.used_gpus):
+            raise InputError(str(plan_file), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
+                             f"at most the {counts[p.pool]} its cluster {cl.name} has")
     try:
         x = prob.encode(plan)
     except ValueError as err:
@@ -503,6 +519,8 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "
                      f"RMSNorm, RoPE and the MLP activation unfused); the plan assumed {wl.elementwise_kernels}")
         wl = dataclasses.replace(wl, elementwise_kernels=EAGER_KERNELS)
+    if kw["response_mean"] is None and kw["response_max"] is not None and kw["response_max"] < wl.response_mean:
+        kw["response_mean"] = kw["response_max"]  # no lengths measured: none was longer than the run allowed
     out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
     if out.get("repaired"):
         notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")

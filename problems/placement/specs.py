@@ -417,6 +417,11 @@ def load_workload(path: str | Path) -> Workload:
     if arch.head_dim is None and arch.hidden % arch.heads:
         raise InputError(path, "model.heads", f"hidden {arch.hidden} is not divisible by {arch.heads} heads",
                          "a divisor of hidden, or give head_dim")
+    if spec.algorithm == "grpo" and spec.samples_per_prompt < 2:
+        # GRPO's advantage is a sample's reward less its group's mean: a group of one learns nothing
+        # (the trainer refuses it too), so no plan for it is worth searching
+        raise InputError(path, "samples_per_prompt", f"{spec.samples_per_prompt} with algorithm grpo",
+                         "at least 2 (GRPO scores each sample against its group), or algorithm ppo")
     if spec.response_len.max + spec.prompt_len <= 0:
         raise InputError(path, "response_len.max", "no tokens per sample")
     ppo = spec.algorithm == "ppo"

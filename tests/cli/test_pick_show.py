@@ -68,6 +68,18 @@ def test_pick_nothing_meets_the_limits(mixed8_run, tmp_path, capsys):
     assert "No plan" in text and "closest" in text
 
 
+@pytest.mark.parametrize("argv, flag", [(["--max-cost", "-3"], "--max-cost"), (["--max-mem-frac", "0"], "--max-mem-frac"),
+                                        (["--max-staleness", "-1"], "--max-staleness"),
+                                        (["--min-throughput", "nan"], "--min-throughput")])
+def test_pick_limit_no_plan_can_meet_is_bad_input(mixed8_run, tmp_path, capsys, argv, flag):
+    """As `plan` refuses them: '--max-cost -3' was answered 'No plan of the N found meets cost <= -3 $/h'
+    with the closest plans, exit 1."""
+    out = tmp_path / "p.yaml"
+    assert main(["pick", str(mixed8_run), *argv, "--out", str(out)]) == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err
+
+
 def test_pick_bad_weights(mixed8_run, capsys):
     assert main(["pick", str(mixed8_run), "--weights", "speed=2"]) == 2
     assert "--weights" in capsys.readouterr().err
@@ -194,3 +206,24 @@ def test_front_all_holds_no_plan_beaten_beyond_the_resolution_in_throughput_and_
         assert not beaten.any()
     ids = [p.plan_id for p in run.all_plans]
     assert ids == [f"p{i:03d}" for i in range(len(ids))]  # named after the filter: no gaps
+
+
+def test_show_with_a_bad_plan_file_prints_no_table(mixed8_run, tmp_path, capsys):
+    """`show RUN --with FILE` printed the whole front table, then the one-line refusal of FILE."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["show", str(mixed8_run), "--with", str(empty)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and str(empty) in out.err
+
+
+def test_pick_out_naming_a_folder_or_under_a_file_is_one_line(mixed8_run, tmp_path, capsys):
+    """`pick --out DIR` ended in IsADirectoryError from the atomic rename, `--out FILE/x.yaml` in
+    FileExistsError, both with a traceback (import --out and export --out alike: problems/atomic.py)."""
+    a_file = tmp_path / "f.yaml"
+    a_file.write_text("x: 1\n")
+    for out in (tmp_path, a_file / "plan.yaml"):
+        assert main(["pick", str(mixed8_run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(out) in err
+    assert a_file.read_text() == "x: 1\n" and not list(tmp_path.glob(".*.tmp"))

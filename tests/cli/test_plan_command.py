@@ -202,7 +202,31 @@ def test_baseline_algorithms_by_name(tmp_path, algorithm):
     (["--algorithm", "simulated-annealing"], "--algorithm"),
     (["--max-mem-frac", "1.5"], "--max-mem-frac"),
     (["--jobs", "0"], "--jobs"),
+    (["--out", __file__], "--out"),  # a file: was FileExistsError with a traceback
+    (["--out", __file__ + "/run"], "--out"),  # under a file: NotADirectoryError
+    (["--seed", "-1"], "--seed"),  # was NumPy's ValueError with a traceback, after reading the specs
+    (["--seed", str(2 ** 32)], "--seed"),
 ])
 def test_bad_options_exit_2(tmp_path, capsys, argv, key):
     code = main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / "bad"), *argv])
     assert code == 2 and key in capsys.readouterr().err
+
+
+def test_summary_line_times_every_evaluation_it_counts(tmp_path, capsys, monkeypatch):
+    """The last line counts the structured stage's and the seeds' evaluations too (215,041 of them for
+    3,000 searched), so its time must be theirs as well: it gave the evolutionary search's alone
+    ('215041 evaluations in 0.4 s' for a 2.8 s planning). A clock that advances 10 s per reading
+    shows which time is printed; and --no-report names no report.html."""
+    import types
+
+    import mosearch.commands.plan as plan_cmd
+
+    ticks = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(plan_cmd, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    assert main(["plan", "--cluster", MIXED8, "--workload", QWEN7, "--out", str(tmp_path / "run"),
+                 "--evals", "300", "--quiet", "--no-report"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps the line
+    last = out[out.rindex("hypervolume") - 80:]
+    info = yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())
+    assert f"{info['evaluations']} evaluations in 10.0 s" in last, last
+    assert "report.html" not in last and not (tmp_path / "run" / "report.html").exists()

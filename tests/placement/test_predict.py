@@ -263,3 +263,66 @@ def test_replicas_of_different_gpu_types_split_the_batch_evenly():
     assert mixed["layout"]["replica_gpus"] == ["H100", "V100"]
     with pytest.raises(ValueError, match="replica_gpus"):
         job(dp=2, replica_gpus=["H100"])
+
+
+def test_cli_plan_settings_must_be_positive_and_max_at_least_mean(tmp_path):
+    """`predict --plan` with a zero or negative setting printed negative or NaN step times (exit 0);
+    a --response-max below the mean was scored as given. Each is now one line naming the flag, exit 2."""
+    from tests.placement.conftest import problem
+
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    x = prob.layout.repair(((prob.xl + prob.xu) / 2)[None, :])[0]
+    path = tmp_path / "plan.yaml"
+    path.write_text(prob.decode(x, lifetime=False).to_yaml())
+    for flags, key in ((("--prompts-per-step", "-5"), "--prompts-per-step"), (("--group-size", "0"), "--group-size"),
+                       (("--mini-batches", "0"), "--mini-batches"), (("--response-mean", "0"), "--response-mean"),
+                       (("--response-mean", "5000", "--response-max", "100"), "--response-max"),
+                       (("--response-max", "100"), "--response-max")):  # the workload's mean is 2048
+        res = _cli("--plan", str(path), *flags)
+        assert res.returncode == 2, (flags, res.stdout[:200])
+        assert res.stderr.count("\n") == 1 and key in res.stderr and "Traceback" not in res.stderr, res.stderr
+    ok = _cli("--plan", str(path), "--response-mean", "5000", "--json")  # the limit follows the mean
+    assert ok.returncode in (0, 3), ok.stderr
+    assert json.loads(ok.stdout)["step_s"] > 0
+
+
+def test_cli_plan_using_more_gpus_than_its_cluster_has_is_refused(tmp_path):
+    """A plan whose cluster file was edited since (fewer GPUs) was clipped to the cluster and another
+    plan scored (0.05 samples/s for a 12.8 samples/s plan, exit 0); now one line naming the pool, exit 2."""
+    import yaml
+
+    from tests.placement.conftest import problem
+
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    rng = np.random.default_rng(3)
+    X = prob.layout.repair(prob.xl + rng.random((200, prob.n_var)) * (prob.xu - prob.xl))
+    plans = [prob.decode(x, lifetime=False) for x in X]
+    plan = next(p for p in plans if any(q.used_gpus == 4 for q in p.pools))
+    full = next(q for q in plan.pools if q.used_gpus == 4)
+    small = tmp_path / "small.yaml"
+    small.write_text("name: mixed-8\nregions:\n  us-east: {inter_node_gbs: 50}\nnode_groups:\n"
+                     "  - {name: h100-box, gpu: H100, nodes: 1, gpus_per_node: 2, region: us-east}\n"
+                     "  - {name: l40s-box, gpu: L40S, nodes: 1, gpus_per_node: 2, region: us-east}\n")
+    data = yaml.safe_load(plan.to_yaml())
+    data["cluster"]["path"] = str(small)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = _cli("--plan", str(path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stdout[:300]
+    assert res.stderr.count("\n") == 1 and f"uses 4 GPUs of {full.pool}" in res.stderr, res.stderr
+
+
+def test_cli_flags_of_the_other_prediction_are_refused(tmp_path):
+    """`--prompts-per-step` on a training job, `--dp` with --plan or with --job were silently ignored
+    (figures printed without them, exit 0); now one line naming the flag, exit 2."""
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama3.1-8b\ngpu: H100\nseq_len: 1024\nglobal_batch: 8\n")
+    base = ("--model", "llama3.1-8b", "--gpu", "H100", "--dp", "4", "--seq-len", "4096", "--global-batch", "64")
+    for argv, flag in (((*base, "--prompts-per-step", "4"), "--prompts-per-step"),
+                       ((*base, "--mini-batches", "2"), "--mini-batches"),
+                       (("--job", str(job), "--dp", "4"), "--dp"),
+                       (("--plan", str(job), "--recompute"), "--recompute")):
+        res = _cli(*argv)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1 and flag in res.stderr, (argv, res.stderr)
+        assert "not used" in res.stderr and res.stdout == ""
+    assert _cli(*base).returncode in (0, 3) and _cli("--job", str(job)).returncode in (0, 3)  # 3: does not fit

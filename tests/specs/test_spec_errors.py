@@ -126,6 +126,21 @@ WORKLOAD_CASES = {
         "model: qwen2.5-1.5b",
         "model: {layers: 2, hidden: 128, heads: 4, kv_heads: 3, ffn: 256, vocab: 100}"),
         "model.kv_heads: 4 heads are not divisible by 3 kv_heads (a divisor of heads)"),
+    "grpo with groups of one": (GOOD_WORKLOAD.replace("samples_per_prompt: 4", "samples_per_prompt: 1"),
+                                "samples_per_prompt: 1 with algorithm grpo (at least 2 (GRPO scores each sample "
+                                "against its group), or algorithm ppo)"),
+    # the architecture mapping's own problem, not "model.str: ... (a string)" from the union's other branch
+    "architecture with zero layers": (GOOD_WORKLOAD.replace(
+        "model: qwen2.5-1.5b", "model: {layers: 0, hidden: 128, heads: 4, kv_heads: 2, ffn: 256, vocab: 100}"),
+        "model.layers: got 0 (a number > 0)"),
+    "architecture missing a key": (GOOD_WORKLOAD.replace(
+        "model: qwen2.5-1.5b", "model: {layers: 2, hidden: 128, heads: 4, kv_heads: 2, ffn: 256}"),
+        "model.vocab: missing (required key)"),
+    "architecture misspelt key": (GOOD_WORKLOAD.replace(
+        "model: qwen2.5-1.5b", "model: {layers: 2, hiden: 128, heads: 4, kv_heads: 2, ffn: 256, vocab: 100}"),
+        "model.hiden: unknown key (did you mean hidden?)"),
+    "model neither name nor mapping": (GOOD_WORKLOAD.replace("model: qwen2.5-1.5b", "model: 7"),
+                                       "model: got 7 (a string or a mapping)"),
     "model fits nowhere": (GOOD_WORKLOAD.replace("qwen2.5-1.5b", "llama3.1-70b"),
                            "model: weights of llama3.1-70b need 141.1 GB in bf16; the whole cluster 'tiny' has "
                            "48.0 GB (a smaller model or a larger cluster)"),

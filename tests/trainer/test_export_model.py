@@ -42,3 +42,9 @@ def test_one_file_checkpoint_exports_the_trainers_model(tiny_model, tmp_path):
         export(run, tmp_path / "mine", log=lambda m: None)
     with pytest.raises(InputError, match="no checkpoint of step 7"):
         export(run, tmp_path / "out", step=7, log=lambda m: None)
+    # an --out that is a file, or under one: was NotADirectoryError
+    (tmp_path / "f.txt").write_text("x")
+    for out in (tmp_path / "f.txt", tmp_path / "f.txt" / "model"):
+        with pytest.raises(InputError, match="is a file"):
+            export(run, out, log=lambda m: None)
+    assert (tmp_path / "f.txt").read_text() == "x"

@@ -18,6 +18,22 @@ from trainer import weight_sync as WS
 from trainer.rollout.common import result, rss_gb
 
 
+def check_model(config, model_path, cuda: bool) -> None:
+    """Refuse, in one line before any engine starts, a model vLLM's CPU attention cannot run: its
+    kernels take only some head sizes (a head of 16 fails at the first decode step, deep in vLLM)."""
+    if cuda:
+        return
+    from problems.errors import InputError
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise InputError(str(model_path), "config.json: head_dim",
+                         f"{head} (hidden_size / num_attention_heads) is not a head size vLLM's CPU attention runs",
+                         f"one of {', '.join(map(str, sizes))}: fewer heads, or set head_dim")
+
+
 def _reload(worker, items):
     # Runs inside vLLM's worker: load a full state dict in place (fp32 on CPU, the engine's dtype on GPU).
     # `items` may be a generator (the broadcast receiver) only when the worker is in this process
