@@ -148,7 +148,8 @@ def _proof(problem, limits: Limits) -> str | None:
     return None
 
 
-SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive")
+SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive",
+                  "budget_polish_evals")
 
 
 def _inputs(cluster, workload, problem) -> dict:
@@ -238,6 +239,9 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state, known)
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
+    polished = None
+    if settings.algorithm == algorithms.DEFAULT and settings.budget_polish_evals > 0 and not result.partial:
+        polished = _budget_polish(problem, result, settings)
 
     plans = decode_front(problem, result.X, result.F)
     baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
@@ -252,12 +256,31 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     with results.staged(out) as stage:
         files = _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
                               cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None,
-                              front=front, resolution=resolution)
+                              front=front, resolution=resolution, polished=polished)
         # an evaluation budget used up ends the run; a time limit or an interrupt leaves it resumable
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
-                       result.evaluations + corners.evaluations, cost)
+                       result.evaluations + corners.evaluations + _polish_evals(polished), cost)
+
+
+def _polish_evals(bp) -> int:
+    return 0 if bp is None else int(bp.evaluations)
+
+
+def _budget_polish(problem, result: SearchResult, settings: SearchSettings):
+    """Every budget's and floor's best plan made locally optimal (budgets.py); its plans join the
+    archive, so the front and every pick see them."""
+    from mosearch.planner.archive import Archive
+    from mosearch.planner.budgets import budget_polish
+
+    bp = budget_polish(problem, result.X, max_evals=settings.budget_polish_evals)
+    if len(bp.X):
+        arch = Archive(result.X.shape[1], result.F.shape[1])
+        arch.add(result.X, result.F)
+        arch.add(bp.X, bp.F)
+        result.X, result.F = arch.X.copy(), arch.F.copy()
+    return bp
 
 
 def _mark_complete(out: Path, stage: Path) -> None:
@@ -270,7 +293,8 @@ def _mark_complete(out: Path, stage: Path) -> None:
 
 
 def _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
-                  cluster, workload, started, report, t_write, n_seeds, resumed, front, resolution) -> list[Path]:
+                  cluster, workload, started, report, t_write, n_seeds, resumed, front, resolution,
+                  polished=None) -> list[Path]:
     results.write_front(stage, plans, front)
     if baselines:
         results.write_baselines(stage, baselines)
@@ -292,8 +316,12 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "jobs": settings.jobs,
         "limits": {"max_cost_usd_h": limits.max_cost, "min_throughput": limits.min_throughput,
                    "max_staleness": limits.max_staleness, "max_mem_frac": limits.max_mem_frac},
-        "evaluations": result.evaluations + corners.evaluations,
+        "evaluations": result.evaluations + corners.evaluations + _polish_evals(polished),
         "search_evaluations": result.evaluations,
+        "budget_polish": None if polished is None else {
+            "evaluations": int(polished.evaluations), "plans_found": int(len(polished.X)),
+            "rounds": polished.rounds, "two_edit_rounds": polished.two_edit_rounds,
+            "converged": bool(polished.converged), "wall_s": round(polished.wall_s, 3)},
         "seeding_evaluations": corners.evaluations,
         "structured_evaluations": getattr(corners, "structured_evaluations", 0),
         "generations": result.generations,

@@ -68,6 +68,11 @@ class SearchSettings:
     # without 0.999). At `mosearch plan`'s 60,000 evaluations it costs a little: HV 0.997 of the fixed
     # share's on geometric mean, lower in 6 of 6 runs (benchmarks/local_search_default_budget.py).
     adaptive: bool = True
+    # Budget polish after the search (budgets.py, default algorithm only): one- and two-edit local
+    # search from every throughput-cost front plan until no budget or throughput floor improves,
+    # capped at this many evaluations (0: off). The cap is not reached on the shipped clusters
+    # (mixed-64 x qwen2.5-7b converges after a few hundred thousand, about a second).
+    budget_polish_evals: int = 3_000_000
 
 
 def _mark(trail: list, rec) -> list:
