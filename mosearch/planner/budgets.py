@@ -28,12 +28,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosearch.planner.structured import front_2d
+from problems.placement.names import SHARDINGS
 from problems.placement.problem import objectives
 
 KV_STEPS = (-0.1, -0.05, 0.05, 0.1)  # kv_mem_frac moves (vLLM's gpu_memory_utilization)
 KV_VALUES = (0.5, 0.7, 0.9)
+ENGINE_SEQS = (6, 8, 10)  # log2 max_num_seqs tried with each engine TP
 SMALL_RANGE = 8  # integer globals with this many values or fewer are tried at every value
-PROMISING = 4  # one-edit neighbours per plan and criterion expanded by the two-edit round
+# a front plan within this share of an expanded one in both throughput and cost is not expanded:
+# chains of ever smaller gains (kv_mem_frac steps) would otherwise cost most of the time
+EPS = 0.005
+MAX_EDITS = 3  # edits from a front plan: two for any, a third after two that left a limit missed
+PROMISING = (3, 2)  # neighbours per front plan and kind kept for a second edit, and for a third
 BLOCK = 100_000  # plans per model call
 
 
@@ -45,12 +51,13 @@ def count_steps(n: int) -> np.ndarray:
 
 @dataclass
 class Moves:
-    """One-edit moves of the plan vector as (columns, values, set?) rows: a move adds values to
-    (or sets) one or two columns (a role move shifts GPUs between a pool's rollout and training)."""
+    """One-edit moves of the plan vector: each adds values to (or sets) a few columns together
+    (a role move shifts GPUs between a pool's rollout and training; a layout move sets the
+    training parallelism, or its memory savers, as one)."""
 
-    cols: np.ndarray  # (m, 2) column indices, -1: none
-    vals: np.ndarray  # (m, 2)
-    setv: np.ndarray  # (m, 2) bool: set instead of add
+    cols: np.ndarray  # (m, w) column indices, -1: none
+    vals: np.ndarray  # (m, w)
+    setv: np.ndarray  # (m, w) bool: set instead of add
 
     def apply(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every move on every row: (len(X) * m, d) and each row's parent index."""
@@ -58,45 +65,62 @@ class Moves:
         V = np.repeat(X, m, axis=0)
         parent = np.repeat(np.arange(n), m)
         rows = np.arange(n * m)
-        for k in range(2):
-            c = np.tile(self.cols[:, k], n)
-            v = np.tile(self.vals[:, k], n)
-            s = np.tile(self.setv[:, k], n)
-            on = c >= 0
-            r, c, v, s = rows[on], c[on], v[on], s[on]
-            V[r, c] = np.where(s, v, V[r, c] + v)
+        for k in range(self.cols.shape[1]):
+            on = np.tile(self.cols[:, k] >= 0, n)
+            r = rows[on]
+            c = np.tile(self.cols[:, k], n)[on]
+            v = np.tile(self.vals[:, k], n)[on]
+            st = np.tile(self.setv[:, k], n)[on]
+            V[r, c] = np.where(st, v, V[r, c] + v)
         return V, parent
 
 
 def moves(L) -> Moves:
     P = L.n_pools
     xl, xu = L.bounds()
-    out: list[tuple[int, float, bool, int, float, bool]] = []
+    out: list[list[tuple[int, float, bool]]] = []  # each move: (column, value, set?) parts
+    add = lambda j, d: (j, float(d), False)  # noqa: E731
+    put = lambda j, v: (j, float(v), True)  # noqa: E731
     for i in range(P):
         n = int(L.counts[i])
         for j in (i, P + i):  # rollout and training GPUs of pool i
-            out += [(j, d, False, -1, 0.0, False) for d in count_steps(n)]
-            out += [(j, 0.0, True, -1, 0.0, False), (j, float(n), True, -1, 0.0, False)]
-        # roles: GPUs from training to rollout and back, the whole pool to one role
-        out += [(i, d, False, P + i, -d, False) for d in count_steps(n)]
-        out += [(i, float(n), True, P + i, 0.0, True), (i, 0.0, True, P + i, float(n), True)]
-        out += [(2 * P + i, float(k), True, -1, 0.0, False) for k in range(int(L.rtp_n[i]))]
+            out += [[add(j, d)] for d in count_steps(n)] + [[put(j, 0)], [put(j, n)]]
+        # roles: GPUs from training to rollout and back, the whole pool to one role; both roles by
+        # the same count (a colocated pool grows or shrinks)
+        out += [[add(i, d), add(P + i, -d)] for d in count_steps(n)]
+        out += [[add(i, d), add(P + i, d)] for d in count_steps(n)]
+        out += [[put(i, n), put(P + i, 0)], [put(i, 0), put(P + i, n)], [put(i, n), put(P + i, n)]]
+        out += [[put(2 * P + i, k)] for k in range(int(L.rtp_n[i]))]
+        # the engine as one edit: its TP with a concurrency to match (a larger engine holds more
+        # sequences; either change alone may leave the KV cache short or the engine underused)
+        out += [[put(2 * P + i, k), put(L.g("log2_max_num_seqs"), q)] for k in range(int(L.rtp_n[i]))
+                for q in ENGINE_SEQS]
     for name in ("log2_max_num_seqs", "train_tp_idx", "train_pp_idx", "sharding", "log2_micro_batch",
                  "recompute", "optimizer_offload", "mode", "staleness_bound", "log2_pipeline_chunks", "sync_route"):
         j = L.g(name)
         lo, hi = int(round(xl[j])), int(round(xu[j]))
         if hi - lo + 1 <= SMALL_RANGE:
-            out += [(j, float(v), True, -1, 0.0, False) for v in range(lo, hi + 1)]
+            out += [[put(j, v)] for v in range(lo, hi + 1)]
         else:
-            out += [(j, d, False, -1, 0.0, False) for d in (-2.0, -1.0, 1.0, 2.0)]
+            out += [[add(j, d)] for d in (-2, -1, 1, 2)]
     kv = L.g("kv_mem_frac")
-    out += [(kv, d, False, -1, 0.0, False) for d in KV_STEPS]
-    out += [(kv, v, True, -1, 0.0, False) for v in KV_VALUES]
+    out += [[add(kv, d)] for d in KV_STEPS] + [[put(kv, v)] for v in KV_VALUES]
     # mode and staleness together: async at each bound (the mode alone is repaired to k = 0)
-    mode, k = L.g("mode"), L.g("staleness_bound")
-    out += [(mode, 2.0, True, k, float(s), True) for s in range(1, int(L.max_staleness) + 1)]
-    A = np.array(out, dtype=float)
-    return Moves(A[:, [0, 3]].astype(int), A[:, [1, 4]], A[:, [2, 5]].astype(bool))
+    out += [[put(L.g("mode"), 2), put(L.g("staleness_bound"), k)] for k in range(1, int(L.max_staleness) + 1)]
+    # the training layout as one edit: TP x PP, and the memory savers (sharding, recomputation,
+    # optimizer offload) together
+    tp, pp = L.g("train_tp_idx"), L.g("train_pp_idx")
+    out += [[put(tp, a), put(pp, b)] for a in range(int(xu[tp]) + 1) for b in range(min(3, int(xu[pp]) + 1))]
+    out += [[put(L.g("sharding"), z), put(L.g("recompute"), rc), put(L.g("optimizer_offload"), of)]
+            for z in (SHARDINGS.index("zero2"), SHARDINGS.index("zero3")) for rc in (0, 1) for of in (0, 1)]
+    w = max(len(m) for m in out)
+    cols = np.full((len(out), w), -1, dtype=int)
+    vals = np.zeros((len(out), w))
+    setv = np.zeros((len(out), w), dtype=bool)
+    for a, m in enumerate(out):
+        for b, (j, v, st) in enumerate(m):
+            cols[a, b], vals[a, b], setv[a, b] = j, v, st
+    return Moves(cols, vals, setv)
 
 
 _W = np.random.default_rng(20260425).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
@@ -111,12 +135,51 @@ def _keys(X: np.ndarray) -> np.ndarray:
         return (V * _W[:V.shape[1]]).sum(axis=1, dtype=np.uint64)
 
 
+def _unique(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of k and the first index of each (by sorting: numpy's hash-based
+    unique is far slower on these 64-bit hashes)."""
+    order = np.argsort(k, kind="stable")
+    ks = k[order]
+    first = np.r_[True, ks[1:] != ks[:-1]] if len(ks) else np.zeros(0, dtype=bool)
+    return ks[first], order[first]
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _unique(np.concatenate([a, b]))[0]
+
+
 def _fresh(X: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of X neither repeated in X nor in `seen` (sorted hashes): their indices and hashes."""
-    k = _keys(X)
-    u, idx = np.unique(k, return_index=True)
+    u, idx = _unique(_keys(X))
     new = ~np.isin(u, seen, assume_unique=True)
     return np.sort(idx[new]), u[new]
+
+
+def _promising(group: np.ndarray, r: dict, thr0: np.ndarray, cost0: np.ndarray, feasible: bool,
+               keep: int) -> np.ndarray:
+    """Rows worth another edit, per group (the front plan they come from, whose throughput and cost
+    are thr0, cost0 by group): among the plans that miss a memory or KV limit, the fastest cheaper
+    one and the cheapest faster one (an edit may mend them); with `feasible`, also the fastest
+    feasible one within its cost and the cheapest at or above its throughput. `keep` of each."""
+    t, c, ok, soft = r["thr"], r["cost"], r["ok"], r["soft"]
+    within = soft & (c <= cost0[group] * (1 + 1e-9))
+    above = soft & (t >= thr0[group] * (1 - 1e-9))
+    cheaper = soft & (c < cost0[group] * (1 - 1e-9))
+    faster = soft & (t > thr0[group] * (1 + 1e-9))
+    crit = [(cheaper & ~ok, -t), (faster & ~ok, c)]
+    if feasible:
+        crit += [(within & ok, -t), (above & ok, c)]
+    picks = []
+    for m, key in crit:
+        idx = np.flatnonzero(m)
+        if not len(idx):
+            continue
+        order = idx[np.lexsort((key[idx], group[idx]))]  # by group, best first within each
+        g = group[order]
+        first = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+        rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+        picks.append(order[rank < keep])
+    return np.unique(np.concatenate(picks)) if picks else np.zeros(0, dtype=int)
 
 
 @dataclass
@@ -133,14 +196,18 @@ class BudgetPolish:
     converged: bool
 
 
-def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: float | None = None) -> BudgetPolish:
-    """Local search from the plans X0 (the archive) until no one- or two-edit neighbour of any
-    throughput-cost front plan enters that front. Stops early at `max_evals` evaluations or
-    `max_s` seconds (then `converged` is False)."""
+def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: float | None = None,
+                  then: np.ndarray | None = None) -> BudgetPolish:
+    """Local search from the plans X0 until no one- or two-edit neighbour of any throughput-cost
+    front plan enters that front; then, when `then` is given, the same with those plans added
+    (the planner: X0 the structured seeds, the same for every seed, `then` the search's archive,
+    so each seed's answer is at least the seed-independent local optimum's). Stops early at
+    `max_evals` evaluations or `max_s` seconds (then `converged` is False)."""
     t0 = time.perf_counter()
     L = problem.layout
     mv = moves(L)
     X0 = L.repair(np.asarray(X0, dtype=float).reshape(-1, L.n_var))
+    stages = [] if then is None else [np.asarray(then, dtype=float).reshape(-1, L.n_var)]
     ev = 0
 
     def score(X):
@@ -162,9 +229,11 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     keep = np.flatnonzero(s["ok"])
     fx = front_2d(s["F"][keep, 0], s["F"][keep, 1])
     FX, FF = X0[keep][fx], s["F"][keep][fx]  # the throughput-cost front so far
-    expanded1 = np.zeros(0, dtype=np.uint64)
-    expanded2 = np.zeros(0, dtype=np.uint64)
-    seen = np.unique(_keys(X0))  # scored (as repaired) or generated (before the repair) already
+    expanded = np.zeros(0, dtype=np.uint64)
+    done_tc = np.zeros((0, 2))  # throughput, cost of the plans expanded
+    seen = _unique(_keys(X0))[0]  # scored (as repaired) or generated (before the repair) already
+    # promising neighbours for another edit: (plans, their front plan's throughput and cost, edits so far)
+    pending: list[tuple[np.ndarray, np.ndarray, int]] = []
     found_X, found_F = [], []
     rounds = two = 0
     converged = False
@@ -172,17 +241,9 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     def over() -> bool:
         return ev >= max_evals or (max_s is not None and time.perf_counter() - t0 >= max_s)
 
-    def merge(N) -> None:
-        """Score the unseen rows of N and fold the feasible ones into the front."""
-        nonlocal FX, FF, seen
-        idx, raw = _fresh(N, seen)  # moves that repeat a plan or land where an earlier one did
-        N = L.repair(N[idx])
-        idx, k = _fresh(N, seen)
-        seen = np.union1d(seen, np.concatenate([raw, k]))
-        N = N[idx]
-        if len(N) == 0:
-            return
-        r = score(N)
+    def fold(N, r) -> None:
+        """The feasible rows of N into the front; those that enter it are kept as found."""
+        nonlocal FX, FF
         ok = r["ok"]
         allX = np.vstack([FX, N[ok]])
         allF = np.vstack([FF, r["F"][ok]])
@@ -193,40 +254,59 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             found_F.append(allF[entered])
         FX, FF = allX[fx], allF[fx]
 
+    def expand(B: np.ndarray, base: np.ndarray, depth: int) -> None:
+        """Score every unseen one-edit neighbour of the plans B (each `depth` edits from the front
+        plan whose throughput and cost are `base`); keep the promising ones for another edit: after
+        the first edit all four kinds, after the second those that miss a limit, to MAX_EDITS."""
+        nonlocal seen
+        V, parent = mv.apply(B)
+        idx, raw = _fresh(V, seen)  # moves that repeat a plan or land where an earlier one did
+        V, parent = L.repair(V[idx]), parent[idx]
+        idx, k = _fresh(V, seen)
+        seen = _union(seen, np.concatenate([raw, k]))
+        V, parent = V[idx], parent[idx]
+        if len(V) == 0:
+            return
+        r = score(V)
+        if depth + 1 < MAX_EDITS:
+            # grouped by front plan, so each keeps at most PROMISING[depth] of each kind
+            _, grp = np.unique(base[parent], axis=0, return_inverse=True)
+            grp = grp.reshape(-1)
+            gb = np.zeros((grp.max() + 1, 2))
+            gb[grp] = base[parent]
+            pick = _promising(grp, r, gb[:, 0], gb[:, 1], feasible=depth == 0, keep=PROMISING[depth])
+            if len(pick):
+                pending.append((V[pick], base[parent[pick]], depth + 1))
+        fold(V, r)
+
     while not over():
         rounds += 1
         keys = _keys(FX)
-        todo = np.flatnonzero(~np.isin(keys, expanded1))
+        todo = np.flatnonzero(~np.isin(keys, expanded))
+        expanded = _union(expanded, keys[todo])
+        thr, cost = -FF[todo, 0], FF[todo, 1]
+        near = ((done_tc[None, :, 0] >= thr[:, None] * (1 - EPS))
+                & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
+        todo = todo[~near]
         if len(todo):
-            expanded1 = np.union1d(expanded1, keys[todo])
-            V, _ = mv.apply(FX[todo])
-            merge(V)
-            continue
-        # a one-edit local optimum: two edits from the plans not yet expanded that far
-        todo = np.flatnonzero(~np.isin(keys, expanded2))
-        if not len(todo):
+            done_tc = np.vstack([done_tc, np.column_stack([-FF[todo, 0], FF[todo, 1]])])
+            expand(FX[todo], np.column_stack([-FF[todo, 0], FF[todo, 1]]), 0)
+        elif pending:
+            # a one-edit local optimum: another edit from the promising neighbours, fewest edits first
+            depth = min(p[2] for p in pending)
+            now = [p for p in pending if p[2] == depth]
+            pending[:] = [p for p in pending if p[2] != depth]
+            two += 1
+            expand(np.vstack([p[0] for p in now]), np.vstack([p[1] for p in now]), depth)
+        elif stages:
+            N = L.repair(stages.pop(0))
+            idx, k = _fresh(N, seen)
+            seen = _union(seen, k)
+            if len(idx):
+                fold(N[idx], score(N[idx]))
+        else:
             converged = True
             break
-        two += 1
-        expanded2 = np.union1d(expanded2, keys[todo])
-        B = FX[todo]
-        V, parent = mv.apply(B)
-        V = L.repair(V)
-        r = score(V)
-        thr0, cost0 = -FF[todo, 0], FF[todo, 1]
-        picks = []
-        for b in range(len(B)):
-            rows = np.flatnonzero(parent == b)
-            t, c, ok, soft = r["thr"][rows], r["cost"][rows], r["ok"][rows], r["soft"][rows]
-            within = soft & (c <= cost0[b] * (1 + 1e-9)) & np.isfinite(t)
-            above = soft & (t >= thr0[b] * (1 - 1e-9)) & np.isfinite(c)
-            for m, key in ((within & ok, -t), (within & ~ok, -t), (above & ok, c), (above & ~ok, c)):
-                idx = np.flatnonzero(m)
-                picks.extend(rows[idx[np.argsort(key[idx], kind="stable")[:PROMISING]]])
-        # the one-edit neighbours themselves were scored in the one-edit rounds (seen)
-        if picks:
-            W, _ = mv.apply(V[np.unique(picks)])
-            merge(W)
     X = np.vstack(found_X) if found_X else np.zeros((0, L.n_var))
     F = np.vstack(found_F) if found_F else np.zeros((0, 4))
     return BudgetPolish(X, F, ev, rounds, two, time.perf_counter() - t0, converged)

@@ -32,6 +32,7 @@ from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
 from problems.placement.problem import objectives
 
+STRUCTURED_SEED = 0  # the structured seeds' sampling (large clusters), the same whatever --seed
 PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "rich", "ray")
 
 
@@ -223,7 +224,9 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
     known = None
     if settings.algorithm == algorithms.DEFAULT:  # the baselines run as published, unseeded
-        structured = StructuredSeeds(problem, seed=settings.seed)
+        # one structured seed for every search seed: the budget polish starts from these plans
+        # first, so every seed's answer at a budget is at least the same local optimum's
+        structured = StructuredSeeds(problem, seed=STRUCTURED_SEED)
         corners.evaluations += structured.evaluations
         corners.structured_evaluations = structured.evaluations
         # all of its plans go to the archive; the fastest within each cost level also seed the
@@ -241,7 +244,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         raise no_feasible(problem, result, limits)
     polished = None
     if settings.algorithm == algorithms.DEFAULT and settings.budget_polish_evals > 0 and not result.partial:
-        polished = _budget_polish(problem, result, settings)
+        polished = _budget_polish(problem, result, settings, None if known is None else known[0][known[2]])
 
     plans = decode_front(problem, result.X, result.F)
     baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
@@ -268,13 +271,17 @@ def _polish_evals(bp) -> int:
     return 0 if bp is None else int(bp.evaluations)
 
 
-def _budget_polish(problem, result: SearchResult, settings: SearchSettings):
-    """Every budget's and floor's best plan made locally optimal (budgets.py); its plans join the
-    archive, so the front and every pick see them."""
+def _budget_polish(problem, result: SearchResult, settings: SearchSettings, start: np.ndarray | None):
+    """Every budget's and floor's best plan made locally optimal (budgets.py), from the structured
+    seeds (`start`, the same for every seed) and then with the search's archive; its plans join
+    the archive, so the front and every pick see them."""
     from mosearch.planner.archive import Archive
     from mosearch.planner.budgets import budget_polish
 
-    bp = budget_polish(problem, result.X, max_evals=settings.budget_polish_evals)
+    if start is None or len(start) == 0:
+        bp = budget_polish(problem, result.X, max_evals=settings.budget_polish_evals)
+    else:
+        bp = budget_polish(problem, start, max_evals=settings.budget_polish_evals, then=result.X)
     if len(bp.X):
         arch = Archive(result.X.shape[1], result.F.shape[1])
         arch.add(result.X, result.F)
