@@ -6,18 +6,22 @@ where plans one or two edits away from a front plan (the knee with one GPU fewer
 TP retuned) were often faster within the same budget and were missed, differently for each seed.
 
 The budgets and floors covered are every cost and every throughput on the throughput-cost front
-of the archive (the structured seeds and the search's plans together): the answer to any budget
-is the front plan with the largest cost within it, so a front where no plan has a dominating
-neighbour has no budget or floor left to improve. From each front plan not yet expanded, every
-one-edit neighbour (`one_edit`) is scored in one call; new plans that enter the throughput-cost
-front are expanded in the next round. When a round adds nothing, two-edit neighbours of the
-expanded plans are scored: each plan's most promising one-edit neighbours (within its budget the
-fastest, above its throughput the cheapest, each also ignoring the memory and KV limits, whose
-second edit often mends them) expanded by every one-edit move. The search ends when a two-edit
-round adds nothing as well (or at `SearchSettings.budget_polish_evals`).
+of the plans so far: the answer to any budget is the front plan with the largest cost within it,
+so a front where no plan has a dominating neighbour within the moves has no budget or floor left
+to improve. From each front plan not yet expanded, every one-edit neighbour (`moves`: a pool's
+GPU counts by 1, 2, 4, ... or to none or all, GPUs between its roles, a colocated pool resized, its
+engine TP alone or with a concurrency, every training-layout knob, TP x PP together, the memory
+savers together, mode with staleness, kv share, chunks, sync route) is scored in one vectorised
+call; plans that enter the front are expanded next round (not those within `EPS` of an expanded
+plan in both objectives). When a round adds nothing, each front plan's promising neighbours get a
+second edit: within its cost the fastest, above its throughput the cheapest, among the feasible
+and among those that miss a memory or KV limit; those that still miss a limit, a third
+(`MAX_EDITS`). It ends when nothing is left to expand (`converged`) or at its evaluation cap.
 
-Deterministic given the archive: no random moves, so seeds whose archives share the same
-throughput-cost front reach the same local optimum, and seeds that differ mostly converge to it.
+In the planner (`run.py`) it starts from the structured seeds, built with one fixed seed
+whatever `--seed` is, runs to their local optimum, then adds the search's archive and goes on: no
+random moves, so every seed's answer at every budget is at least that seed-independent optimum's,
+and the seeds' own finds are polished the same way.
 """
 
 from __future__ import annotations
@@ -198,11 +202,12 @@ class BudgetPolish:
 
 def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: float | None = None,
                   then: np.ndarray | None = None) -> BudgetPolish:
-    """Local search from the plans X0 until no one- or two-edit neighbour of any throughput-cost
-    front plan enters that front; then, when `then` is given, the same with those plans added
-    (the planner: X0 the structured seeds, the same for every seed, `then` the search's archive,
-    so each seed's answer is at least the seed-independent local optimum's). Stops early at
-    `max_evals` evaluations or `max_s` seconds (then `converged` is False)."""
+    """Local search from the plans X0 until no neighbour (one or two edits, three after two that
+    missed a limit) of any throughput-cost front plan enters that front; then, when `then` is
+    given, the same with those plans added (the planner: X0 the structured seeds, the same for
+    every seed, `then` the search's archive, so each seed's answer is at least the seed-independent
+    local optimum's). Stops early at `max_evals` evaluations or `max_s` seconds (then `converged`
+    is False)."""
     t0 = time.perf_counter()
     L = problem.layout
     mv = moves(L)

@@ -278,10 +278,14 @@ def _budget_polish(problem, result: SearchResult, settings: SearchSettings, star
     from mosearch.planner.archive import Archive
     from mosearch.planner.budgets import budget_polish
 
+    # a model call costs about in proportion to the pools: the cap is for three, fewer above
+    cap = int(settings.budget_polish_evals * 3 / max(3, problem.layout.n_pools))
+    # under --time, a tenth of it more (at least 2 s): the limit is the search's
+    max_s = None if settings.time_s is None else max(2.0, 0.1 * settings.time_s)
     if start is None or len(start) == 0:
-        bp = budget_polish(problem, result.X, max_evals=settings.budget_polish_evals)
+        bp = budget_polish(problem, result.X, max_evals=cap, max_s=max_s)
     else:
-        bp = budget_polish(problem, start, max_evals=settings.budget_polish_evals, then=result.X)
+        bp = budget_polish(problem, start, max_evals=cap, max_s=max_s, then=result.X)
     if len(bp.X):
         arch = Archive(result.X.shape[1], result.F.shape[1])
         arch.add(result.X, result.F)
