@@ -127,6 +127,38 @@ def moves(L) -> Moves:
     return Moves(cols, vals, setv)
 
 
+def colocated_singles(L) -> np.ndarray:
+    """The cheap end, built directly: one pool at every GPU count (powers of two and the quarter
+    shares above 64), colocated, with each engine TP that divides the count and each training TP,
+    memory-lean (ZeRO-3, recomputation, optimizer offload, micro-batch 1) and not. A budget below
+    the search's cheapest plans is often met by a few GPUs of one pool with every memory saver on,
+    four or more edits from any plan the search kept."""
+    from mosearch.planner.structured import _rollout_sizes
+
+    P = L.n_pools
+    xl, _ = L.bounds()
+    rows = []
+    lean = [(SHARDINGS.index("zero3"), 1, 1), (SHARDINGS.index("zero2"), 1, 0), (SHARDINGS.index("zero2"), 0, 0)]
+    for i in range(P):
+        n = int(L.counts[i])
+        sizes = sorted(set(_rollout_sizes(n)) if n > 64 else range(1, n + 1))
+        for c in sizes:
+            for k in range(int(L.rtp_n[i])):
+                if c % int(L.rtp_options[i, k]):
+                    continue
+                for tp in range(len(L.tp_options)):
+                    for z, rc, off in lean:
+                        x = xl.copy()
+                        x[i] = x[P + i] = c
+                        x[2 * P + i] = k
+                        x[L.g("kv_mem_frac")] = KV_VALUES[-1]
+                        x[L.g("log2_max_num_seqs")] = 8
+                        x[L.g("train_tp_idx")] = tp
+                        x[L.g("sharding")], x[L.g("recompute")], x[L.g("optimizer_offload")] = z, rc, off
+                        rows.append(x)
+    return np.array(rows).reshape(-1, L.n_var)
+
+
 _W = np.random.default_rng(20260425).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
@@ -211,7 +243,7 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     t0 = time.perf_counter()
     L = problem.layout
     mv = moves(L)
-    X0 = L.repair(np.asarray(X0, dtype=float).reshape(-1, L.n_var))
+    X0 = L.repair(np.vstack([np.asarray(X0, dtype=float).reshape(-1, L.n_var), colocated_singles(L)]))
     stages = [] if then is None else [np.asarray(then, dtype=float).reshape(-1, L.n_var)]
     ev = 0
 
