@@ -320,11 +320,15 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
         rounds += 1
         keys = _keys(FX)
         todo = np.flatnonzero(~np.isin(keys, expanded))
-        expanded = _union(expanded, keys[todo])
         thr, cost = -FF[todo, 0], FF[todo, 1]
         near = ((done_tc[None, :, 0] >= thr[:, None] * (1 - EPS))
                 & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
+        expanded = _union(expanded, keys[todo[near]])  # skipped for good
         todo = todo[~near]
+        room = max(1, (max_evals - ev) // len(mv.cols))  # the cap holds within a round too
+        if len(todo) > room:  # spread along the front (FX is in front_2d's order); the rest later
+            todo = todo[np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
+        expanded = _union(expanded, keys[todo])
         if len(todo):
             done_tc = np.vstack([done_tc, np.column_stack([-FF[todo, 0], FF[todo, 1]])])
             expand(FX[todo], np.column_stack([-FF[todo, 0], FF[todo, 1]]), 0)
