@@ -279,9 +279,9 @@ def _budget_polish(problem, result: SearchResult, settings: SearchSettings, star
     from mosearch.planner.budgets import budget_polish
 
     # a model call costs about in proportion to the pools and a plan has about as many moves: the
-    # cap is for three pools, (3 / pools)^2 of it above (gen-4096-p32: 13,000 evaluations, where
-    # 168,000 took 42 s of a loaded 2-core machine)
-    cap = int(settings.budget_polish_evals * (3 / max(3, problem.layout.n_pools)) ** 2)
+    # cap is for three pools, (3 / pools)^1.5 of it above (gen-4096-p32: 43,000 evaluations, a few
+    # seconds; converging there would take minutes)
+    cap = int(settings.budget_polish_evals * (3 / max(3, problem.layout.n_pools)) ** 1.5)
     # under --time, a tenth of it more (at least 2 s): the limit is the search's
     max_s = None if settings.time_s is None else max(2.0, 0.1 * settings.time_s)
     if start is None or len(start) == 0:

@@ -70,7 +70,7 @@ class SearchSettings:
     adaptive: bool = True
     # Budget polish after the search (budgets.py, default algorithm only): one- and two-edit local
     # search from every throughput-cost front plan until no budget or throughput floor improves,
-    # capped at this many evaluations on clusters of up to three pools, (3/pools)^2 of it above (0:
+    # capped at this many evaluations on clusters of up to three pools, (3/pools)^1.5 of it above (0:
     # off). mixed-64 x qwen2.5-7b converges after about 260,000 (run.yaml: budget_polish).
     budget_polish_evals: int = 1_500_000
 
