@@ -26,6 +26,7 @@ and the seeds' own finds are polished the same way.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -130,7 +131,8 @@ def moves(L) -> Moves:
 def colocated_singles(L) -> np.ndarray:
     """The cheap end, built directly: one pool at every GPU count (powers of two and the quarter
     shares above 64), colocated, with each engine TP that divides the count and each training TP,
-    memory-lean (ZeRO-3, recomputation, optimizer offload, micro-batch 1) and not. A budget below
+    memory-lean (ZeRO-3, optimizer offload, with and without recomputation) and not (ZeRO-2, with
+    and without), micro-batch 1, 256 or 1,024 sequences per engine. A budget below
     the search's cheapest plans is often met by a few GPUs of one pool with every memory saver on,
     four or more edits from any plan the search kept."""
     from mosearch.planner.structured import _rollout_sizes
@@ -138,7 +140,8 @@ def colocated_singles(L) -> np.ndarray:
     P = L.n_pools
     xl, _ = L.bounds()
     rows = []
-    lean = [(SHARDINGS.index("zero3"), 1, 1), (SHARDINGS.index("zero2"), 1, 0), (SHARDINGS.index("zero2"), 0, 0)]
+    z2, z3 = SHARDINGS.index("zero2"), SHARDINGS.index("zero3")
+    lean = [(z3, 1, 1), (z3, 0, 1), (z2, 1, 0), (z2, 0, 0)]
     for i in range(P):
         n = int(L.counts[i])
         sizes = sorted(set(_rollout_sizes(n)) if n > 64 else range(1, n + 1))
@@ -147,12 +150,12 @@ def colocated_singles(L) -> np.ndarray:
                 if c % int(L.rtp_options[i, k]):
                     continue
                 for tp in range(len(L.tp_options)):
-                    for z, rc, off in lean:
+                    for (z, rc, off), seqs in itertools.product(lean, (8, 10)):
                         x = xl.copy()
                         x[i] = x[P + i] = c
                         x[2 * P + i] = k
                         x[L.g("kv_mem_frac")] = KV_VALUES[-1]
-                        x[L.g("log2_max_num_seqs")] = 8
+                        x[L.g("log2_max_num_seqs")] = seqs
                         x[L.g("train_tp_idx")] = tp
                         x[L.g("sharding")], x[L.g("recompute")], x[L.g("optimizer_offload")] = z, rc, off
                         rows.append(x)
