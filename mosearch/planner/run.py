@@ -32,6 +32,7 @@ from problems.errors import InputError, NoFeasiblePlan
 from problems.placement.plan import Plan, file_sha256
 from problems.placement.problem import objectives
 
+STRUCTURED_SEED = 0  # the structured seeds' sampling (large clusters), the same whatever --seed
 PACKAGES = ("mosearch", "numpy", "pymoo", "moocore", "pydantic", "matplotlib", "rich", "ray")
 
 
@@ -164,7 +165,8 @@ def check_proven_infeasible(problem, limits: Limits) -> None:
         raise InputError(None, hit[0], f"proven infeasible: {hit[1]}", hit[2])
 
 
-SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive")
+SETTINGS_SAVED = ("algorithm", "evals", "time_s", "seed", "pop_size", "jobs", "polish", "dedup", "switch_share", "adaptive",
+                  "budget_polish_evals")
 
 
 def _inputs(cluster, workload, problem) -> dict:
@@ -239,7 +241,9 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     seeds_X = corners.seeds(n_extra=settings.pop_size // 2, seed=settings.seed)
     known = None
     if settings.algorithm == algorithms.DEFAULT:  # the baselines run as published, unseeded
-        structured = StructuredSeeds(problem, seed=settings.seed)
+        # one structured seed for every search seed: the budget polish starts from these plans
+        # first, so every seed's answer at a budget is at least the same local optimum's
+        structured = StructuredSeeds(problem, seed=STRUCTURED_SEED)
         corners.evaluations += structured.evaluations
         corners.structured_evaluations = structured.evaluations
         # all of its plans go to the archive; the fastest within each cost level also seed the
@@ -255,6 +259,9 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     result = run_search(problem, settings, seeds_X, scale, on_generation, checkpointer, state, known)
     if len(result.F) == 0:
         raise no_feasible(problem, result, limits)
+    polished = None
+    if settings.algorithm == algorithms.DEFAULT and settings.budget_polish_evals > 0 and not result.partial:
+        polished = _budget_polish(problem, result, settings, None if known is None else known[0][known[2]])
 
     plans = decode_front(problem, result.X, result.F, resolution)
     baselines = seeding.baseline_plans(problem, corners, seed=settings.seed)
@@ -269,12 +276,41 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
     with results.staged(out) as stage:
         files = _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
                               cluster, workload, started, report, t_write, len(seeds_X), resumed=resume is not None,
-                              front=front, resolution=resolution)
+                              front=front, resolution=resolution, polished=polished)
         # an evaluation budget used up ends the run; a time limit or an interrupt leaves it resumable
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
-                       result.evaluations + corners.evaluations, cost)
+                       result.evaluations + corners.evaluations + _polish_evals(polished), cost)
+
+
+def _polish_evals(bp) -> int:
+    return 0 if bp is None else int(bp.evaluations)
+
+
+def _budget_polish(problem, result: SearchResult, settings: SearchSettings, start: np.ndarray | None):
+    """Every budget's and floor's best plan made locally optimal (budgets.py), from the structured
+    seeds (`start`, the same for every seed) and then with the search's archive; its plans join
+    the archive, so the front and every pick see them."""
+    from mosearch.planner.archive import Archive
+    from mosearch.planner.budgets import budget_polish
+
+    # a model call costs about in proportion to the pools and a plan has about as many moves: the
+    # cap is for three pools, (3 / pools)^1.5 of it above (gen-4096-p32: 43,000 evaluations, a few
+    # seconds; converging there would take minutes)
+    cap = int(settings.budget_polish_evals * (3 / max(3, problem.layout.n_pools)) ** 1.5)
+    # under --time, a tenth of it more (at least 2 s): the limit is the search's
+    max_s = None if settings.time_s is None else max(2.0, 0.1 * settings.time_s)
+    if start is None or len(start) == 0:
+        bp = budget_polish(problem, result.X, max_evals=cap, max_s=max_s)
+    else:
+        bp = budget_polish(problem, start, max_evals=cap, max_s=max_s, then=result.X)
+    if len(bp.X):
+        arch = Archive(result.X.shape[1], result.F.shape[1])
+        arch.add(result.X, result.F)
+        arch.add(bp.X, bp.F)
+        result.X, result.F = arch.X.copy(), arch.F.copy()
+    return bp
 
 
 def _mark_complete(out: Path, stage: Path) -> None:
@@ -287,7 +323,8 @@ def _mark_complete(out: Path, stage: Path) -> None:
 
 
 def _write_result(stage, out, problem, settings, limits, corners, scale, result, plans, baselines, knee,
-                  cluster, workload, started, report, t_write, n_seeds, resumed, front, resolution) -> list[Path]:
+                  cluster, workload, started, report, t_write, n_seeds, resumed, front, resolution,
+                  polished=None) -> list[Path]:
     results.write_front(stage, plans, front)
     if baselines:
         results.write_baselines(stage, baselines)
@@ -309,8 +346,12 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "jobs": settings.jobs,
         "limits": {"max_cost_usd_h": limits.max_cost, "min_throughput": limits.min_throughput,
                    "max_staleness": limits.max_staleness, "max_mem_frac": limits.max_mem_frac},
-        "evaluations": result.evaluations + corners.evaluations,
+        "evaluations": result.evaluations + corners.evaluations + _polish_evals(polished),
         "search_evaluations": result.evaluations,
+        "budget_polish": None if polished is None else {
+            "evaluations": int(polished.evaluations), "plans_found": int(len(polished.X)),
+            "rounds": polished.rounds, "two_edit_rounds": polished.two_edit_rounds,
+            "converged": bool(polished.converged), "wall_s": round(polished.wall_s, 3)},
         "seeding_evaluations": corners.evaluations,
         "structured_evaluations": getattr(corners, "structured_evaluations", 0),
         "generations": result.generations,

@@ -75,6 +75,11 @@ class SearchSettings:
     # without 0.999). At `mosearch plan`'s 60,000 evaluations it costs a little: HV 0.997 of the fixed
     # share's on geometric mean, lower in 6 of 6 runs (mosearch/bench/local_search_default_budget.py).
     adaptive: bool = True
+    # Budget polish after the search (budgets.py, default algorithm only): one- and two-edit local
+    # search from every throughput-cost front plan until no budget or throughput floor improves,
+    # capped at this many evaluations on clusters of up to three pools, (3/pools)^1.5 of it above (0:
+    # off). mixed-64 x qwen2.5-7b converges after about 260,000 (run.yaml: budget_polish).
+    budget_polish_evals: int = 1_500_000
 
 
 def _mark(trail: list, rec) -> list:
