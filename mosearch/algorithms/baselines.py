@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from pymoo.core.population import Population
 from pymoo.optimize import minimize
 from pymoo.util.ref_dirs import get_reference_directions
 

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from problems.placement.predict import TrainingJob, predict_training  # noqa: E402
+from mosearch.bench import publish  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "e2e_published.csv"
 # measured-set GPU (mosearch/bench/model_validation.py chips) whose per-layer fit stands for a catalog type
@@ -332,9 +333,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         text += "\n".join(rl_report(rl_predictions(Path(tmp)))) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    publish(args.out, text)
     return 0
 
 

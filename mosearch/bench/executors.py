@@ -88,7 +88,7 @@ def main() -> None:
     t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="exec-bench-"))
     model_path = str(build_tiny(tmp / "tiny"))  # verl reads the critic's HF config: a local stand-in
-    rows, notes = [], []
+    rows = []
     for cluster_name, wl in SHIPPED + NEW:
         cpath, wpath = _cluster_path(cluster_name), ROOT / f"problems/workloads/{wl}.yaml"
         c, w = load_cluster(cpath), load_workload(wpath)

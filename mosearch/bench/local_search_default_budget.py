@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from mosearch.bench import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -40,7 +41,6 @@ def main(argv=None) -> int:
     from mosearch.planner.search import SearchSettings
 
     DEFAULT_EVALS, DEFAULT_POP = SearchSettings.evals, SearchSettings.pop_size
-    from problems.atomic import atomic_write_text
 
     t0 = time.perf_counter()
     rows, ratios = [], []
@@ -83,8 +83,7 @@ def main(argv=None) -> int:
         *rows,
         "",
     ]
-    atomic_write_text(Path(args.out), "\n".join(lines))
-    print(f"wrote {args.out}")
+    publish(args.out, "\n".join(lines), echo=False)
     return 0
 
 

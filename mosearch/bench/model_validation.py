@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from problems.placement.model.comm import ring_allreduce_s  # noqa: E402
 from problems.placement.model.rollout import attn_decode_op_s, attn_prefill_op_s, linear_op_s  # noqa: E402
 from problems.placement.model.training import layer_elementwise_bytes, layer_fwd_flops  # noqa: E402
+from mosearch.bench import publish  # noqa: E402
 
 DATA = ROOT / "problems/placement/data/measured"
 GPUS = yaml.safe_load((DATA / "gpus.yaml").read_text())["gpus"]
@@ -532,9 +533,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     results = validate_training() + validate_inference()
     text = report(results)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    publish(args.out, text)
     return 0
 
 

@@ -285,7 +285,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
 
     # 1. search quality
     lines += ["## 1. Search quality: hypervolume of the final front", "",
-              f"Median [interquartile range] over seeds; **bold**: the highest median of the search methods. "
+              "Median [interquartile range] over seeds; **bold**: the highest median of the search methods. "
               "Baseline planners' plans and the exact front (mixed-8, by enumeration) as point sets.", ""]
     base_names = sorted({n for d in feasible for n in d["baselines"]}, key=_base_order)
     head = ["scenario", *[sc.SEARCH_METHODS[m] for m in methods], *base_names, "exact front"]

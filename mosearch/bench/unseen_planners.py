@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from mosearch.bench.structured_targets import CASES
+from mosearch.bench import publish
 
 INPUTS = Path(__file__).resolve().parents[2] / "benchmarks"  # clusters and workloads written for the benchmarks
 
@@ -61,7 +62,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from mosearch.bench import scenarios as sc
-    from problems.atomic import atomic_write_text
     from problems.placement.problem import PlacementProblem
 
     t0 = time.perf_counter()
@@ -109,8 +109,7 @@ def main(argv=None) -> int:
         *rows,
         "",
     ]
-    atomic_write_text(Path(args.out), "\n".join(lines))
-    print(f"wrote {args.out}")
+    publish(args.out, "\n".join(lines), echo=False)
     return 0
 
 

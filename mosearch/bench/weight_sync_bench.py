@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil  # a dependency of vLLM
 
 ROOT = Path(__file__).resolve().parents[2]

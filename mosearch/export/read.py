@@ -355,7 +355,7 @@ def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, pl
             n -= got
         if n:
             raise InputError(file, what, f"{n} more GPUs than cluster {cluster.name} has free for it",
-                             f"a config that fits the cluster, or name pools with --rollout-on/--train-on")
+                             "a config that fits the cluster, or name pools with --rollout-on/--train-on")
 
     if fixed is not None:  # the pools an export's header names
         for pid, r in fixed.items():
