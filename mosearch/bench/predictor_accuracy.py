@@ -43,6 +43,7 @@ WORKLOAD = REPO / "problems" / "workloads" / "tiny-grpo.yaml"
 PLANS = {
     "colocated-dp2-mb4": ("colocated", 2, 0, 2, 0, 0),
     "colocated-dp1-mb16": ("colocated", 1, 0, 4, 0, 0),
+    "colocated-dp1-mb1": ("colocated", 1, 0, 0, 0, 0),
     "disagg-mb8": ("disaggregated", 1, 1, 3, 0, 0),
     "disagg-pipelined4-mb2": ("disaggregated", 1, 1, 1, 0, 2),
     "async-k1-mb8": ("async", 1, 1, 3, 1, 0),
@@ -126,8 +127,9 @@ def predict(problem_for, name: str, overheads: dict | None, lengths: tuple[int, 
 def fit_overheads(rows: list[dict]) -> dict:
     """Orchestration overheads from measured runs: the rollout phase's residual (synchronous plans,
     where the driver waits for rollout) as a cost per call plus a cost per sample of an engine's
-    share (non-negative least squares); per training step the median residual of single-rank plans
-    whose training runs alone, and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the single-device
+    share (non-negative least squares); per training step and per micro-batch of the training loop
+    from single-rank plans whose training runs alone (non-negative least squares over their micro-batch
+    counts), and per micro-batch of a rank when dp > 1 (what DDP ranks add beyond the single-device
     micro-benchmarks). Fitted on plain data-parallel plans only (tp = pp = 1, no sharding): the
     tensor-, pipeline- and sharded plans have the model's own collective terms, measured by the
     profile, and are predicted with these overheads, never fitted on."""
@@ -143,14 +145,21 @@ def fit_overheads(rows: list[dict]) -> dict:
             call_s, sample_s = (float(v) for v in nnls(a, res)[0])
         else:
             call_s = max(0.0, float(np.median(res / a[:, 0])))
-    # per training step: single-rank plans whose training runs alone (not beside rollout, as async and
-    # pipelined plans' does on shared cores: that contention is no per-step constant)
-    single = [r["meas_train_s"] - r["pred0_train_s"] for r in rows
-              if r["dp"] == 1 and r["mode"] != "async" and r["chunks"] == 1]
-    train_call = max(0.0, float(np.median(single))) if single else 0.0
-    multi = [(r["meas_train_s"] - r["pred0_train_s"] - train_call) / r["rank_micro_batches"] for r in rows if r["dp"] > 1]
+    # per training step and per micro-batch of the loop: single-rank plans whose training runs alone (not
+    # beside rollout, as async and pipelined plans' does on shared cores: that contention is no
+    # per-step constant); the two split where their micro-batch counts differ, else all is per step
+    single = [r for r in rows if r["dp"] == 1 and r["mode"] != "async" and r["chunks"] == 1]
+    res = np.array([r["meas_train_s"] - r["pred0_train_s"] for r in single])
+    mbs = np.array([r["rank_micro_batches"] for r in single], dtype=float)
+    train_call = loop_s = 0.0
+    if len(single) and np.ptp(mbs) > 0:
+        train_call, loop_s = (float(v) for v in nnls(np.column_stack([np.ones_like(mbs), mbs]), res)[0])
+    elif len(single):
+        train_call = max(0.0, float(np.median(res)))
+    multi = [(r["meas_train_s"] - r["pred0_train_s"] - train_call) / r["rank_micro_batches"] - loop_s
+             for r in rows if r["dp"] > 1]
     return {"rollout_call_s": call_s, "rollout_sample_s": sample_s,
-            "train_call_s": train_call,
+            "train_call_s": train_call, "microbatch_loop_s": loop_s,
             "dp_microbatch_s": max(0.0, float(np.median(multi))) if multi else 0.0}
 
 
@@ -329,7 +338,8 @@ def main() -> int:
         f"- Staleness, mean absolute error: {np.mean([abs(r['pred_stale'] - r['meas_stale']) for r in rows]):.2f} versions.",
         f"- Overheads fitted on all runs ({'not written into the profile: --keep-profile' if args.keep_profile else 'written into the profile'}): rollout call {overall['rollout_call_s'] * 1e3:.0f} ms "
         f"plus {overall['rollout_sample_s'] * 1e3:.2f} ms per sample of an engine's share, "
-        f"training step {overall['train_call_s'] * 1e3:.0f} ms, micro-batch of a rank when dp > 1 "
+        f"training step {overall['train_call_s'] * 1e3:.0f} ms, micro-batch of the training loop "
+        f"{overall['microbatch_loop_s'] * 1e3:.1f} ms, and of a rank when dp > 1 "
         f"{overall['dp_microbatch_s'] * 1e3:.1f} ms.",
         "",
         "## Phase breakdown (seconds per step, profile only)",

@@ -43,10 +43,12 @@ class Fitted(BaseModel):
     rollout_sample_s: float = Field(default=0.0, ge=0, description="orchestration seconds per sample of an engine's share")
     train_call_s: float = Field(default=0.0, ge=0, description="orchestration seconds per training step")
     dp_microbatch_s: float = Field(default=0.0, ge=0, description="extra seconds per micro-batch of a rank when dp > 1")
+    microbatch_loop_s: float = Field(default=0.0, ge=0, description="seconds per micro-batch of any rank's training "
+                                     "loop beyond its forward and backward")
 
 
 # the Fitted figures that come from measured trainer runs: re-profiling the device keeps them
-RUN_FITTED = ("rollout_call_s", "rollout_sample_s", "train_call_s", "dp_microbatch_s")
+RUN_FITTED = ("rollout_call_s", "rollout_sample_s", "train_call_s", "microbatch_loop_s", "dp_microbatch_s")
 
 
 class Profile(BaseModel):

@@ -155,6 +155,9 @@ def test_dp_microbatch_overhead_charges_each_micro_batch_of_a_rank_only_when_dp_
     per_rank = chunks * np.ceil(samples / dp / chunks / mb)
     sel = dp > 1
     assert np.allclose(extra[sel], 0.01 * per_rank[sel])
+    # the training loop's own cost is charged on every rank's micro-batches, dp 1 too
+    loop = PlacementProblem(plain.cluster, plain.workload, efficiencies={"cpu-local": {"microbatch_loop_s": 0.01}})
+    assert np.allclose(loop.evaluate_matrix(X)["train_s"] - a["train_s"], 0.01 * per_rank)
 
 
 def test_refit_rewrites_the_fit_from_raw_measurements_and_keeps_run_overheads(tmp_path, repo_root):

@@ -49,6 +49,19 @@ def test_overheads_are_median_residuals_per_phase(pa):
     assert over["rollout_call_s"] == pytest.approx(0.08) and over["rollout_sample_s"] == 0.0
     assert over["train_call_s"] == pytest.approx(0.04)  # the two synchronous single-rank rows only
     assert over["dp_microbatch_s"] == pytest.approx((0.31 - 0.2 - 0.04) / 4)
+    assert over["microbatch_loop_s"] == 0.0  # one micro-batch count: all of it is per step
+
+
+def test_single_rank_residual_splits_into_step_and_micro_batch_costs(pa):
+    # residual = 30 ms per step + 5 ms per micro-batch of the loop; a dp 2 rank adds 2 ms per micro-batch
+    def row(mbs, dp=1, mode="colocated"):
+        return {"mode": mode, "dp": dp, "chunks": 1, "rank_micro_batches": mbs, "engine_samples": 128,
+                "pred0_rollout_s": 0.1, "meas_rollout_s": 0.1, "pred0_train_s": 0.2,
+                "meas_train_s": 0.2 + 0.03 + mbs * (0.005 + (0.002 if dp > 1 else 0.0))}
+    over = pa.fit_overheads([row(64), row(1024), row(256, mode="disaggregated"), row(32, dp=2),
+                             {**row(512, mode="async"), "meas_train_s": 9.0}])
+    assert over["train_call_s"] == pytest.approx(0.03) and over["microbatch_loop_s"] == pytest.approx(0.005)
+    assert over["dp_microbatch_s"] == pytest.approx(0.002)
 
 
 def test_rollout_overhead_splits_into_calls_and_engine_shares(pa):

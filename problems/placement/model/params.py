@@ -48,6 +48,11 @@ DEFAULTS = {
     # extra time per micro-batch of a data-parallel rank when dp > 1 (DDP hooks, ranks contending for
     # host resources); fitted from measured runs by calibration, 0 by default
     "dp_microbatch_s": 0.0,
+    # time per micro-batch of every rank's own training loop beyond the forward and backward the model
+    # counts (batch assembly, the loss and its statistics, each pass's launch from Python): what a
+    # micro-batch of one sample costs when the compute is tiny; fitted from measured single-rank runs
+    # with different micro-batch counts by calibration, 0 by default
+    "microbatch_loop_s": 0.0,
     # CUDA context + NCCL buffers + library workspaces per GPU. Sailor counts ~5 GB of fixed
     # overhead including the allocator (systems.md); the allocator is modelled separately here.
     "runtime_gb": 2.0,
