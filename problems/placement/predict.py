@@ -25,7 +25,7 @@ from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
-from problems.placement.names import COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP, SHARDINGS
+from problems.placement.names import ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP, SHARDINGS
 from problems.placement.plan import Sharding
 from problems.specio import load_model
 
@@ -497,23 +497,33 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         ranks = dp * tp * pp
         devices = max(engines * etp, ranks) if colo else engines * etp + ranks
         per_node = 1 << max(0, (max(devices, etp, tp) - 1).bit_length())  # one machine: one node holds them all
-        share = min(1.0, _cores() / devices)  # the emulated devices time-share this machine's cores
         pool = dataclasses.replace(local.pools[0], count=devices, gpus_per_node=per_node)
-        cluster = _time_shared(dataclasses.replace(local, pools=[pool]), share)
-        pool = cluster.pools[0]
+        full = dataclasses.replace(local, pools=[pool])
         roles = PoolRoles(pool=pool.id, gpu=pool.gpu.name, region=pool.region,
                           rollout_gpus=0 if colo else engines * etp, train_gpus=0 if colo else ranks,
                           shared_gpus=devices if colo else 0, rollout_tp=etp)
         plan = plan.model_copy(update={
             "pools": [roles], "train": plan.train.model_copy(update={"dp": dp, "tp": tp, "pp": pp, "sharding": sharding}),
-            "cluster": SpecRef(name=cluster.name, path=str(local_cluster), sha256="0" * 64)})
+            "cluster": SpecRef(name=full.name, path=str(local_cluster), sha256="0" * 64)})
         wl = dataclasses.replace(wl, precision="fp32")
+        # the emulated devices time-share this machine's cores: a process waiting for the other phase
+        # uses none, so with phases one after the other the active phase's devices share them; with
+        # phases overlapping (async, streamed chunks) the cores serve the step's work together (each
+        # device at most a core), at least a fair share each
+        overlap = plan.execution.mode == ASYNC or (not colo and plan.execution.pipeline_chunks > 1)
+        share = min(1.0, _cores() / (devices if overlap else max(engines * etp, ranks)))
+        if overlap and share < 1.0:
+            alone = predict_plan(plan_file, plan=plan, cluster=full, workload=wl, **kw)
+            work = engines * etp * alone["rollout_s"] + ranks * alone["train_s"]  # device-seconds per step
+            share = min(1.0, max(share, _cores() * alone["step_s"] / work)) if work > 0 else 1.0
+        cluster = _time_shared(full, share)
         why = "emulated" if lay.get("emulated") else (f"CPU run ({', '.join(sorted(foreign))} are Ray custom resources "
                                                      "on nodes without GPUs)")
         notes.append(f"{why}: predicted for what ran, on {devices} of {cluster.name}'s {pool.gpu.name} devices in fp32: "
                      f"{engines} engine(s) at TP {etp}, train dp={dp} tp={tp} pp={pp} sharding={sharding}"
                      + (f"; the {devices} devices share this machine's {_cores()} cores, each at {share:.2g} of a "
-                        "device's speed (a fair share of the cores)" if share < 1 else ""))
+                        "device's speed (" + ("the cores shared by the step's work" if overlap else
+                                               "the active phase's share of the cores") + ")" if share < 1 else ""))
     if lay.get("device") == "cuda" and wl.elementwise_kernels != EAGER_KERNELS:
         # this project's trainer runs Hugging Face's modules in eager PyTorch on GPUs too
         notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "

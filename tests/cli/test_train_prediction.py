@@ -3,8 +3,11 @@ the run's summary is written by hand, as the driver writes it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 
 from mosearch.commands.train import comparison_table, print_comparison
 from problems.placement.predict import LOCAL_CLUSTER, predict_plan, predict_run
@@ -105,7 +108,10 @@ def test_emulated_run_is_predicted_for_exactly_the_layout_that_ran(tmp_path, mon
     alone, notes = predict_run(path, summary)
     assert alone["layout"] == {"engines": 2, "engine_tp": 1, "dp": 2, "tp": 1, "pp": 1, "sharding": "zero3"}
     assert not alone["repaired"] and any("2 engine(s) at TP 1, train dp=2" in n for n in notes)
-    monkeypatch.setattr(PR, "_cores", lambda: 2)  # the 4 devices (disaggregated) on 2 cores: each at half speed
+    # disaggregated: one phase at a time, its 2 devices on 2 cores (the other's wait): full speed; on 1 core, half
+    monkeypatch.setattr(PR, "_cores", lambda: 2)
+    assert predict_run(path, summary)[0]["step_s"] == pytest.approx(alone["step_s"])
+    monkeypatch.setattr(PR, "_cores", lambda: 1)
     shared, notes = predict_run(path, summary)
     assert shared["layout"] == alone["layout"] and any("each at 0.5 of a device's speed" in n for n in notes)
     for k in ("rollout_s", "train_s"):
@@ -154,3 +160,27 @@ def test_async_compares_generation_with_generation_and_columns_never_touch():
     row = next(x for x in lines if x.startswith("throughput_tokens_s"))
     assert row.split() == ["throughput_tokens_s", "5807", "2.08", "+279083%"]  # each cell its own column
     assert len({len(x) for x in lines}) == 1 or all("  " in x for x in lines)
+
+
+def test_async_emulation_shares_the_cores_by_the_steps_work(tmp_path, monkeypatch):
+    """Async: generation and training overlap, and a device waiting for the other uses no core, so the
+    cores serve the step's work together: at least a fair share each, and no slower than the work allows."""
+    import problems.placement.predict as PR
+
+    _, _, path = _plan(tmp_path, "mixed-8.yaml", "qwen2.5-7b-grpo.yaml")
+    data = yaml.safe_load(Path(path).read_text())
+    data["execution"].update(mode="async", staleness_bound=1, pipeline_chunks=1)
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False))
+    summary = _ran(_summary(emulated=True), engines=2, dp=1, tp=1, pp=1, sharding="none", engine_tp=[1, 1])
+    monkeypatch.setattr(PR, "_cores", lambda: 64)
+    alone, _ = predict_run(path, summary)
+    work = 2 * alone["rollout_s"] + alone["train_s"]
+    for cores in (1, 2):
+        monkeypatch.setattr(PR, "_cores", lambda: cores)
+        shared, notes = predict_run(path, summary)
+        share = min(1.0, max(cores / 3, cores * alone["step_s"] / work))
+        assert shared["step_s"] >= alone["step_s"] * (1 - 1e-9)
+        assert shared["step_s"] <= alone["step_s"] * 3 / cores * (1 + 1e-9)  # never below a fair share
+        if share < 1:
+            assert any(f"each at {share:.2g} of a device's speed (the cores shared by the step's work)" in n
+                       for n in notes)
