@@ -483,6 +483,8 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
             notes.append(f"predicted for the model the run trained ({model}), not the workload's")
         else:
             notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+    if kw["response_mean"] is None and kw["response_max"] is not None and kw["response_max"] < wl.response_mean:
+        kw["response_mean"] = kw["response_max"]  # no lengths measured: none was longer than the run allowed
     cluster = None
     engines, dp = int(lay.get("engines") or plan.rollout_engines), int(lay.get("dp") or plan.train.dp)
     tp, pp = int(lay.get("tp") or plan.train.tp), int(lay.get("pp") or plan.train.pp)
@@ -529,8 +531,6 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "
                      f"RMSNorm, RoPE and the MLP activation unfused); the plan assumed {wl.elementwise_kernels}")
         wl = dataclasses.replace(wl, elementwise_kernels=EAGER_KERNELS)
-    if kw["response_mean"] is None and kw["response_max"] is not None and kw["response_max"] < wl.response_mean:
-        kw["response_mean"] = kw["response_max"]  # no lengths measured: none was longer than the run allowed
     out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
     if out.get("repaired"):
         notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")
