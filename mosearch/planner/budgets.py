@@ -46,6 +46,12 @@ EPS = 0.005
 MAX_EDITS = 3  # edits from a front plan: two for any, a third after two that left a limit missed
 PROMISING = (3, 2)  # neighbours per front plan and kind kept for a second edit, and for a third
 BLOCK = 100_000  # plans per model call
+# after the front converges, the starting plans within this share of the front's throughput at
+# their cost (or below) are expanded once: a budget's best plan is often one edit from a plan the
+# front dominates by a little (4 generating + 8 training GPUs one GPU too many, say), never from a
+# front plan
+NEAR = 0.1
+NEAR_MIN_EVALS = 200_000  # the near pass and what follows: as many evaluations as before it, at least these
 
 
 def count_steps(n: int) -> np.ndarray:
@@ -236,13 +242,15 @@ class BudgetPolish:
 
 
 def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: float | None = None,
-                  then: np.ndarray | None = None) -> BudgetPolish:
+                  then: np.ndarray | None = None, near: float = NEAR) -> BudgetPolish:
     """Local search from the plans X0 until no neighbour (one or two edits, three after two that
     missed a limit) of any throughput-cost front plan enters that front; then, when `then` is
     given, the same with those plans added (the planner: X0 the structured seeds, the same for
     every seed, `then` the search's archive, so each seed's answer is at least the seed-independent
-    local optimum's). Stops early at `max_evals` evaluations or `max_s` seconds (then `converged`
-    is False)."""
+    local optimum's). Then the starting plans (X0 and `then`) within `near` of the front's throughput
+    at their cost are expanded once, and the front is polished again from what they add, with at
+    most as many evaluations again as before that pass (at least NEAR_MIN_EVALS). Stops early at `max_evals`
+    evaluations, that cap or `max_s` seconds (then `converged` is False)."""
     t0 = time.perf_counter()
     L = problem.layout
     mv = moves(L)
@@ -267,6 +275,8 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
 
     s = score(X0)
     keep = np.flatnonzero(s["ok"])
+    near_X, near_F = [X0[keep]], [s["F"][keep]]  # the starting plans, for the near-front pass
+    near_done = False
     fx = front_2d(s["F"][keep, 0], s["F"][keep, 1])
     FX, FF = X0[keep][fx], s["F"][keep][fx]  # the throughput-cost front so far
     expanded = np.zeros(0, dtype=np.uint64)
@@ -278,8 +288,10 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     rounds = two = 0
     converged = False
 
+    limit = max_evals  # the near pass lowers it
+
     def over() -> bool:
-        return ev >= max_evals or (max_s is not None and time.perf_counter() - t0 >= max_s)
+        return ev >= limit or (max_s is not None and time.perf_counter() - t0 >= max_s)
 
     def fold(N, r) -> None:
         """The feasible rows of N into the front; those that enter it are kept as found."""
@@ -324,11 +336,11 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
         keys = _keys(FX)
         todo = np.flatnonzero(~np.isin(keys, expanded))
         thr, cost = -FF[todo, 0], FF[todo, 1]
-        near = ((done_tc[None, :, 0] >= thr[:, None] * (1 - EPS))
-                & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
-        expanded = _union(expanded, keys[todo[near]])  # skipped for good
-        todo = todo[~near]
-        room = max(1, (max_evals - ev) // len(mv.cols))  # the cap holds within a round too
+        dup = ((done_tc[None, :, 0] >= thr[:, None] * (1 - EPS))
+               & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
+        expanded = _union(expanded, keys[todo[dup]])  # skipped for good
+        todo = todo[~dup]
+        room = max(1, (limit - ev) // len(mv.cols))  # the cap holds within a round too
         if len(todo) > room:  # spread along the front (FX is in front_2d's order); the rest later
             todo = todo[np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
         expanded = _union(expanded, keys[todo])
@@ -341,13 +353,39 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             now = [p for p in pending if p[2] == depth]
             pending[:] = [p for p in pending if p[2] != depth]
             two += 1
-            expand(np.vstack([p[0] for p in now]), np.vstack([p[1] for p in now]), depth)
+            B, base = np.vstack([p[0] for p in now]), np.vstack([p[1] for p in now])
+            room = max(1, (limit - ev) // len(mv.cols))
+            if len(B) > room:  # the cap holds here too: a spread of them
+                keep = np.unique(np.linspace(0, len(B) - 1, room).round().astype(int))
+                B, base = B[keep], base[keep]
+            expand(B, base, depth)
         elif stages:
             N = L.repair(stages.pop(0))
             idx, k = _fresh(N, seen)
             seen = _union(seen, k)
             if len(idx):
-                fold(N[idx], score(N[idx]))
+                r = score(N[idx])
+                near_X.append(N[idx][r["ok"]])
+                near_F.append(r["F"][r["ok"]])
+                fold(N[idx], r)
+        elif not near_done and near > 0:
+            near_done = True
+            limit = min(max_evals, ev + max(ev, NEAR_MIN_EVALS))
+            C, CF = np.vstack(near_X), np.vstack(near_F)
+            ck = _keys(C)
+            order = np.argsort(FF[:, 1])
+            best = np.maximum.accumulate(-FF[order, 0])
+            at = np.searchsorted(FF[order, 1], CF[:, 1] * (1 + 1e-9), side="right") - 1
+            close = (at >= 0) & (-CF[:, 0] >= (1 - near) * best[np.clip(at, 0, None)])
+            close &= ~np.isin(ck, expanded)
+            _, first = _unique(ck[close])
+            todo = np.flatnonzero(close)[np.sort(first)]
+            room = max(1, (limit - ev) // len(mv.cols))
+            if len(todo) > room:  # spread along cost
+                todo = todo[np.argsort(CF[todo, 1])][np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
+            if len(todo):
+                expanded = _union(expanded, ck[todo])
+                expand(C[todo], np.column_stack([-CF[todo, 0], CF[todo, 1]]), 0)
         else:
             converged = True
             break

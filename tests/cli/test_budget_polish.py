@@ -94,3 +94,43 @@ def test_budget_picks_agree_across_two_seeds():
     for b in budgets:
         a, c = _best_within(fronts[1], b), _best_within(fronts[2], b)
         assert min(a, c) >= 0.98 * max(a, c), (b, a, c)
+
+
+def test_polish_expands_plans_the_front_dominates_by_a_little():
+    """l40-a30-rack x qwen2.5-32b PPO: generating on 4 L40s while 8 A100s train (ZeRO-3, async) is
+    dominated by a faster $16/h plan, so the front never expands it; with one A100 fewer it is the
+    fastest plan within $15.2/h. The near-front pass must find it; without the pass (near=0) the
+    budget gets a plan at least 2% slower, so the case needs the pass."""
+    problem = PlacementProblem.from_files(ROOT / "benchmarks" / "clusters" / "budgets" / "l40-a30-rack.yaml",
+                                          ROOT / "benchmarks" / "workloads" / "budgets" / "qwen2.5-32b-ppo.yaml")
+    L = problem.layout
+    P = L.n_pools
+    assert [p.gpu.name for p in problem.cluster.pools] == ["L40", "A30", "A100-80G"]
+
+    def plan(rollout, train, rtp_idx, **g):
+        x = np.zeros(L.n_var)
+        x[:P], x[P:2 * P], x[2 * P:3 * P] = rollout, train, rtp_idx
+        for name, v in g.items():
+            x[L.g(name)] = v
+        return L.repair(x[None])[0]
+
+    common = dict(log2_micro_batch=0, optimizer_offload=1, mode=2, staleness_bound=1)
+    faster = plan([0, 0, 2], [0, 0, 8], [0, 2, 1], kv_mem_frac=0.9, log2_max_num_seqs=7, train_tp_idx=2,
+                  train_pp_idx=1, sharding=2, recompute=0, **common)
+    dominated = plan([4, 0, 0], [0, 0, 8], [2, 0, 2], kv_mem_frac=0.6841, log2_max_num_seqs=8, train_tp_idx=0,
+                     train_pp_idx=0, sharding=3, recompute=1, **common)
+    target = dominated.copy()
+    target[P + 2] -= 1  # one A100 fewer: dp 7
+    (tf, cf), (td, cd), (tt, ct) = (np.column_stack(_tc(problem, x[None])[:2])[0] for x in (faster, dominated, target))
+    assert _tc(problem, target[None])[2][0] and ct < cf < cd and td < tf and td > 0.9 * tf
+
+    start = np.vstack([faster, dominated])
+    best = {}
+    for near in (0.0, 0.1):
+        bp = budget_polish(problem, start, near=near)
+        assert bp.converged
+        t, c, feas = _tc(problem, np.vstack([start, bp.X]))
+        within = feas & (c <= ct * (1 + 1e-9))
+        best[near] = t[within].max() if within.any() else 0.0
+    assert best[0.0] < 0.98 * tt
+    assert best[0.1] >= tt * (1 - 1e-9)
