@@ -47,9 +47,9 @@ MAX_EDITS = 3  # edits from a front plan: two for any, a third after two that le
 PROMISING = (3, 2)  # neighbours per front plan and kind kept for a second edit, and for a third
 BLOCK = 100_000  # plans per model call
 # after the front converges, the starting plans within this share of the front's throughput at
-# their cost (or below) are expanded once: a budget's best plan is often one edit from a plan the
-# front dominates by a little (4 generating + 8 training GPUs one GPU too many, say), never from a
-# front plan
+# their cost (or below), and the front plans skipped as within EPS of an expanded one, are expanded
+# once: a budget's best plan is often one edit from a plan the front dominates by a little (4
+# generating + 8 training GPUs, one GPU too many) or from a skipped one, never from an expanded one
 NEAR = 0.1
 NEAR_MIN_EVALS = 200_000  # the near pass and what follows: as many evaluations as before it, at least these
 
@@ -248,7 +248,7 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     given, the same with those plans added (the planner: X0 the structured seeds, the same for
     every seed, `then` the search's archive, so each seed's answer is at least the seed-independent
     local optimum's). Then the starting plans (X0 and `then`) within `near` of the front's throughput
-    at their cost are expanded once, and the front is polished again from what they add, with at
+    at their cost, and the front plans skipped as within EPS of an expanded one, are expanded once, and the front is polished again from what they add, with at
     most as many evaluations again as before that pass (at least NEAR_MIN_EVALS). Stops early at `max_evals`
     evaluations, that cap or `max_s` seconds (then `converged` is False)."""
     t0 = time.perf_counter()
@@ -279,7 +279,8 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     near_done = False
     fx = front_2d(s["F"][keep, 0], s["F"][keep, 1])
     FX, FF = X0[keep][fx], s["F"][keep][fx]  # the throughput-cost front so far
-    expanded = np.zeros(0, dtype=np.uint64)
+    expanded = np.zeros(0, dtype=np.uint64)  # expanded, or skipped as within EPS of an expanded plan
+    grown = np.zeros(0, dtype=np.uint64)  # expanded
     done_tc = np.zeros((0, 2))  # throughput, cost of the plans expanded
     seen = _unique(_keys(X0))[0]  # scored (as repaired) or generated (before the repair) already
     # promising neighbours for another edit: (plans, their front plan's throughput and cost, edits so far)
@@ -344,6 +345,7 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
         if len(todo) > room:  # spread along the front (FX is in front_2d's order); the rest later
             todo = todo[np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
         expanded = _union(expanded, keys[todo])
+        grown = _union(grown, keys[todo])
         if len(todo):
             done_tc = np.vstack([done_tc, np.column_stack([-FF[todo, 0], FF[todo, 1]])])
             expand(FX[todo], np.column_stack([-FF[todo, 0], FF[todo, 1]]), 0)
@@ -371,20 +373,22 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
         elif not near_done and near > 0:
             near_done = True
             limit = min(max_evals, ev + max(ev, NEAR_MIN_EVALS))
-            C, CF = np.vstack(near_X), np.vstack(near_F)
+            # the starting plans, and the front plans skipped as within EPS of an expanded one (that
+            # one's neighbours are not theirs)
+            C, CF = np.vstack([*near_X, FX]), np.vstack([*near_F, FF])
             ck = _keys(C)
             order = np.argsort(FF[:, 1])
             best = np.maximum.accumulate(-FF[order, 0])
             at = np.searchsorted(FF[order, 1], CF[:, 1] * (1 + 1e-9), side="right") - 1
             close = (at >= 0) & (-CF[:, 0] >= (1 - near) * best[np.clip(at, 0, None)])
-            close &= ~np.isin(ck, expanded)
+            close &= ~np.isin(ck, grown)
             _, first = _unique(ck[close])
             todo = np.flatnonzero(close)[np.sort(first)]
             room = max(1, (limit - ev) // len(mv.cols))
             if len(todo) > room:  # spread along cost
                 todo = todo[np.argsort(CF[todo, 1])][np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
             if len(todo):
-                expanded = _union(expanded, ck[todo])
+                expanded, grown = _union(expanded, ck[todo]), _union(grown, ck[todo])
                 expand(C[todo], np.column_stack([-CF[todo, 0], CF[todo, 1]]), 0)
         else:
             converged = True
