@@ -1,6 +1,12 @@
+import os
 from pathlib import Path
 
 import pytest
+
+# The suite starts dozens of vLLM CPU engines: eager, each starts in seconds instead of compiling
+# (trainer/rollout/vllm_engine.py CPU_EAGER_ENV). The session engine of tests/trainer/test_weight_sync.py
+# stays compiled, as `mosearch train` runs by default. Set before any Ray starts, so workers inherit it.
+os.environ.setdefault("MOSEARCH_VLLM_CPU_EAGER", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,6 +37,7 @@ from trainer.modes import ASYNC, ROLLOUT, TRAIN, Batch
 from trainer.records import Records
 from trainer.recovery import FAULT_ENV, NODE_POLICIES, Fault, Recovery, RunStopped, parse_faults
 from trainer.rewards import fill_unscored
+from trainer.rollout.vllm_engine import CPU_EAGER_ENV, cpu_eager
 from trainer.tasks import PromptSampler, load_task
 from trainer.timing import StepTimes
 
@@ -160,7 +161,8 @@ class Driver:
         self._adopt(plan, cfg.emulate)
         log(f"training model {cfg.model}" + (f" (from {cfg.model_from})" if cfg.model_from else ""))
         self.versions = v = versions(cfg.backend)  # said first (after a refusal's one line): what runs
-        log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}")
+        log(f"rollout engine: {v['engine']}; vLLM {v['vllm'] or 'not installed'}, PyTorch {v['torch']}, Ray {v['ray']}"
+            + (f"; CPU engines eager ({CPU_EAGER_ENV}=1)" if cfg.backend == "vllm" and cpu_eager() else ""))
         self.task = load_task(cfg.task, seed=cfg.seed, reward=cfg.reward, max_new_tokens=cfg.max_new_tokens,
                               reward_weights=cfg.reward_weights, reward_errors=cfg.reward_errors)
         self.loggers = Loggers(cfg.loggers, self.out, asdict(cfg))  # checked now: a missing package is one line

@@ -12,12 +12,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def vllm_engine(tiny_model, ray_local, local_calls):
     """ONE vLLM engine for the session, in a Ray actor as the trainer hosts it. (In-process it
     would share the test session's modules: vLLM's CPU kernel registration scans sys.modules
-    and fails on llvmlite objects once numba, used by pymoo's AGE-MOEA-II, has been imported.)"""
+    and fails on llvmlite objects once numba, used by pymoo's AGE-MOEA-II, has been imported.)
+    Compiled, as `mosearch train` runs it by default (the suite's other engines run eagerly)."""
     from trainer.models.tiny import load_tokenizer
     from trainer.rollout.vllm_engine import VLLMEngine
 
     actor = ray_local.remote(num_cpus=1)(VLLMEngine).remote(
-        str(tiny_model), max_num_seqs=32, max_model_len=64, seed=0, eos_id=load_tokenizer(tiny_model).eos_token_id)
+        str(tiny_model), max_num_seqs=32, max_model_len=64, seed=0, eos_id=load_tokenizer(tiny_model).eos_token_id,
+        cpu_eager_mode=False)
     yield local_calls(actor)
     ray_local.kill(actor)
 

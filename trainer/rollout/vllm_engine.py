@@ -54,6 +54,18 @@ def _pid(worker) -> int:
 # decode steps.
 CPU_WORKER_SPIN_S = 0.005
 
+# On the CPU, vLLM compiles the model with TorchInductor at every engine start (its compiled-function
+# cache fails to load with vLLM 0.32 / PyTorch 2.13 and is rebuilt): 12-40 s per engine for the tiny
+# test model, against 3 s eager, for 12% slower decoding (64 x 32 tokens, measured here). With this
+# variable set to 1 the CPU engines run eagerly (the test suite sets it: dozens of engines start);
+# `mosearch train` says so on its engine line. GPU engines ignore it (CUDA graphs are what the model
+# predicts).
+CPU_EAGER_ENV = "MOSEARCH_VLLM_CPU_EAGER"
+
+
+def cpu_eager() -> bool:
+    return os.environ.get(CPU_EAGER_ENV, "") == "1"
+
 
 def _shorten_spin(worker, seconds: float) -> int:
     import gc
@@ -69,7 +81,7 @@ def _shorten_spin(worker, seconds: float) -> int:
 class VLLMEngine(WS.SyncEndpoint):
     def __init__(self, model_path: str, tp: int = 1, kv_mem_frac: float = 0.5, max_num_seqs: int = 64,
                  max_model_len: int = 256, seed: int = 0, eos_id: int | None = None, kv_cpu_gib: int = 1,
-                 **_unused):
+                 cpu_eager_mode: bool | None = None, **_unused):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cpu_gib))
         import torch
@@ -88,7 +100,8 @@ class VLLMEngine(WS.SyncEndpoint):
         if self.cuda:
             kwargs.update(gpu_memory_utilization=kv_mem_frac, enable_sleep_mode=True, dtype="bfloat16")
         else:
-            kwargs.update(dtype="float32")  # fp32 so behaviour log-probs match the trainer's
+            # fp32: behaviour log-probs match the trainer's; eager: as given, else as CPU_EAGER_ENV says
+            kwargs.update(dtype="float32", enforce_eager=cpu_eager() if cpu_eager_mode is None else cpu_eager_mode)
         self.llm = LLM(**kwargs)
         if cpu_tp:
             self.llm.collective_rpc(_shorten_spin, args=(CPU_WORKER_SPIN_S,))
