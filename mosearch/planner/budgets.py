@@ -205,7 +205,8 @@ def _promising(group: np.ndarray, r: dict, thr0: np.ndarray, cost0: np.ndarray, 
     """Rows worth another edit, per group (the front plan they come from, whose throughput and cost
     are thr0, cost0 by group): among the plans that miss a memory or KV limit, the fastest cheaper
     one and the cheapest faster one (an edit may mend them); with `feasible`, also the fastest
-    feasible one within its cost and the cheapest at or above its throughput. `keep` of each."""
+    feasible one within its cost, the fastest strictly cheaper one and the cheapest at or above its
+    throughput. `keep` of each."""
     t, c, ok, soft = r["thr"], r["cost"], r["ok"], r["soft"]
     within = soft & (c <= cost0[group] * (1 + 1e-9))
     above = soft & (t >= thr0[group] * (1 - 1e-9))
@@ -213,7 +214,8 @@ def _promising(group: np.ndarray, r: dict, thr0: np.ndarray, cost0: np.ndarray, 
     faster = soft & (t > thr0[group] * (1 + 1e-9))
     crit = [(cheaper & ~ok, -t), (faster & ~ok, c)]
     if feasible:
-        crit += [(within & ok, -t), (above & ok, c)]
+        # also the fastest strictly cheaper: a GPU fewer often needs its layout or engine retuned
+        crit += [(within & ok, -t), (above & ok, c), (cheaper & ok, -t)]
     picks = []
     for m, key in crit:
         idx = np.flatnonzero(m)
@@ -247,10 +249,12 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     missed a limit) of any throughput-cost front plan enters that front; then, when `then` is
     given, the same with those plans added (the planner: X0 the structured seeds, the same for
     every seed, `then` the search's archive, so each seed's answer is at least the seed-independent
-    local optimum's). Then the starting plans (X0 and `then`) within `near` of the front's throughput
-    at their cost, and the front plans skipped as within EPS of an expanded one, are expanded once, and the front is polished again from what they add, with at
-    most as many evaluations again as before that pass (at least NEAR_MIN_EVALS). Stops early at `max_evals`
-    evaluations, that cap or `max_s` seconds (then `converged` is False)."""
+    local optimum's). Then the near pass: the starting plans (X0 and `then`) within `near` of the
+    front's throughput at their cost, and the front plans skipped as within EPS of an expanded one,
+    are expanded once, the front is polished on from what they add, and the front plans skipped
+    since are expanded in turn, with at most as many evaluations again as before the pass (at least
+    NEAR_MIN_EVALS). Stops early at `max_evals` evaluations, that cap or `max_s` seconds (then
+    `converged` is False)."""
     t0 = time.perf_counter()
     L = problem.layout
     mv = moves(L)
@@ -370,12 +374,16 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
                 near_X.append(N[idx][r["ok"]])
                 near_F.append(r["F"][r["ok"]])
                 fold(N[idx], r)
-        elif not near_done and near > 0:
-            near_done = True
-            limit = min(max_evals, ev + max(ev, NEAR_MIN_EVALS))
-            # the starting plans, and the front plans skipped as within EPS of an expanded one (that
-            # one's neighbours are not theirs)
-            C, CF = np.vstack([*near_X, FX]), np.vstack([*near_F, FF])
+        elif near > 0:
+            # the first time: the starting plans near the front and the front plans skipped as within
+            # EPS of an expanded one (whose neighbours are not theirs); then the front plans skipped
+            # since, until none is left (or the cap)
+            if not near_done:
+                near_done = True
+                limit = min(max_evals, ev + max(ev, NEAR_MIN_EVALS))
+                C, CF = np.vstack([*near_X, FX]), np.vstack([*near_F, FF])
+            else:
+                C, CF = FX, FF
             ck = _keys(C)
             order = np.argsort(FF[:, 1])
             best = np.maximum.accumulate(-FF[order, 0])
@@ -384,12 +392,14 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             close &= ~np.isin(ck, grown)
             _, first = _unique(ck[close])
             todo = np.flatnonzero(close)[np.sort(first)]
+            if not len(todo):
+                converged = True
+                break
             room = max(1, (limit - ev) // len(mv.cols))
             if len(todo) > room:  # spread along cost
                 todo = todo[np.argsort(CF[todo, 1])][np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
-            if len(todo):
-                expanded, grown = _union(expanded, ck[todo]), _union(grown, ck[todo])
-                expand(C[todo], np.column_stack([-CF[todo, 0], CF[todo, 1]]), 0)
+            expanded, grown = _union(expanded, ck[todo]), _union(grown, ck[todo])
+            expand(C[todo], np.column_stack([-CF[todo, 0], CF[todo, 1]]), 0)
         else:
             converged = True
             break
