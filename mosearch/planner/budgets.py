@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosearch.planner.structured import front_2d
+from mosearch.planner.structured import front_2d, spread
 from problems.placement.names import SHARDINGS
 from problems.placement.problem import objectives
 
@@ -298,6 +298,12 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     def over() -> bool:
         return ev >= limit or (max_s is not None and time.perf_counter() - t0 >= max_s)
 
+    def cut(n: int) -> np.ndarray | None:
+        """Which of n plans to expand so that their neighbours stay within the cap: a spread of
+        them (the rest later), or None when all fit."""
+        room = max(1, (limit - ev) // len(mv.cols))
+        return spread(n, room) if n > room else None
+
     def fold(N, r) -> None:
         """The feasible rows of N into the front; those that enter it are kept as found."""
         nonlocal FX, FF
@@ -345,9 +351,8 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
                & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
         expanded = _union(expanded, keys[todo[dup]])  # skipped for good
         todo = todo[~dup]
-        room = max(1, (limit - ev) // len(mv.cols))  # the cap holds within a round too
-        if len(todo) > room:  # spread along the front (FX is in front_2d's order); the rest later
-            todo = todo[np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
+        if (k := cut(len(todo))) is not None:  # the cap holds within a round too (FX: front_2d's order)
+            todo = todo[k]
         expanded = _union(expanded, keys[todo])
         grown = _union(grown, keys[todo])
         if len(todo):
@@ -360,10 +365,8 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             pending[:] = [p for p in pending if p[2] != depth]
             two += 1
             B, base = np.vstack([p[0] for p in now]), np.vstack([p[1] for p in now])
-            room = max(1, (limit - ev) // len(mv.cols))
-            if len(B) > room:  # the cap holds here too: a spread of them
-                keep = np.unique(np.linspace(0, len(B) - 1, room).round().astype(int))
-                B, base = B[keep], base[keep]
+            if (k := cut(len(B))) is not None:  # the cap holds here too
+                B, base = B[k], base[k]
             expand(B, base, depth)
         elif stages:
             N = L.repair(stages.pop(0))
@@ -395,9 +398,8 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             if not len(todo):
                 converged = True
                 break
-            room = max(1, (limit - ev) // len(mv.cols))
-            if len(todo) > room:  # spread along cost
-                todo = todo[np.argsort(CF[todo, 1])][np.unique(np.linspace(0, len(todo) - 1, room).round().astype(int))]
+            if (k := cut(len(todo))) is not None:  # spread along cost
+                todo = todo[np.argsort(CF[todo, 1])][k]
             expanded, grown = _union(expanded, ck[todo]), _union(grown, ck[todo])
             expand(C[todo], np.column_stack([-CF[todo, 0], CF[todo, 1]]), 0)
         else:

@@ -155,6 +155,11 @@ def front_2d(f0: np.ndarray, f1: np.ndarray) -> np.ndarray:
     return np.sort(order[improves])
 
 
+def spread(n: int, k: int) -> np.ndarray:
+    """At most k indices of range(n), evenly spread, the first and the last included."""
+    return np.unique(np.linspace(0, n - 1, k).round().astype(int))
+
+
 class StructuredSeeds:
     """Runs the five stages on construction; `X`, `F`, `ok` hold every full plan scored."""
 
@@ -512,7 +517,7 @@ class StructuredSeeds:
         front = ok[front_2d(self.F[ok, 0], self.F[ok, 1])]
         front = front[np.argsort(self.F[front, 1], kind="stable")]
         if len(front) > n:
-            front = front[np.unique(np.linspace(0, len(front) - 1, n).round().astype(int))]
+            front = front[spread(len(front), n)]
         return self.X[front]
 
     def best_within(self, max_cost: float | None = None) -> float:
