@@ -47,8 +47,10 @@ def make_maoea(problem, pop_size: int, seeds, max_evals: int | None, dedup: bool
     # unbounded SBX throws children past the bounds that the repair then clips onto them. On
     # mixed-8 (grid ratio against the exact front, 60k evaluations, seeds 1-3) bounded SBX gave
     # 0.986 / 0.999 / 0.994, unbounded 0.968 / 0.987 / 0.988 (mosearch/bench/planner_targets.py).
+    # archive=False: the planner keeps its own archive (RecordingProblem); pymoo's copy of it cost a
+    # per-individual attribute walk of ~2,000 plans every generation (a quarter of the search's time)
     return MaOEACS(pop_size=pop_size, sampling=seeds, repair=problem_repair(problem), max_evals=max_evals,
-                   sbx="pymoo", eliminate_duplicates=dedup, switch_share=switch_share)
+                   sbx="pymoo", eliminate_duplicates=dedup, switch_share=switch_share, archive=False)
 
 
 def baseline_runner(name: str):

@@ -19,6 +19,11 @@ class Archive:
         self._data = (np.empty((0, n_var)), np.empty((0, n_obj)))
 
     @property
+    def state(self) -> tuple[np.ndarray, np.ndarray]:
+        """(X, F): a new pair whenever the archive changes, so its identity says whether it did."""
+        return self._data
+
+    @property
     def X(self) -> np.ndarray:
         return self._data[0]
 

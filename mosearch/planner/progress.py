@@ -34,10 +34,10 @@ class SearchProgress:
         self.progress.stop()
 
     def update(self, done: float, row: dict) -> None:
-        thr = row.get("best_throughput")
+        thr, hv = row.get("best_throughput"), row.get("hv")
         cost = row.get("min_cost")
         line = (f"gen {row['generation']}  evals {row['evaluations']}  feasible {100 * row['feasible_share']:.0f}%  "
-                f"HV {row['hv']:.4f}  front {row['front_size']}  "
+                f"HV {'-' if hv is None else f'{hv:.4f}'}  front {row['front_size']}  "
                 f"best {'-' if thr is None else f'{thr:.2f}'} samples/s  "
                 f"cheapest {'-' if cost is None else f'{cost:.2f}'} $/h")
         self.progress.update(self.task, completed=done, line=line)

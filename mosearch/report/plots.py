@@ -149,8 +149,9 @@ def parallel_coordinates(F: np.ndarray, knee: int | None, path: Path) -> Path:
 
 
 def hv_history(history: list[dict], path: Path) -> Path:
-    ev = [r["evaluations"] for r in history]
-    hv = [r["hv"] for r in history]
+    rows = [r for r in history if r["hv"] is not None]  # computed every few batches (planner.search.HV_EVERY)
+    ev = [r["evaluations"] for r in rows]
+    hv = [r["hv"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
     ax.plot(ev, hv, lw=1.5)
     ax.set_xlabel("evaluations of the search (after seeding)")
