@@ -93,6 +93,12 @@ def _json_plans(plans: list[Plan]) -> list[dict]:
     return [{**metric_row(p), "plan": p.model_dump(mode="json")} for p in plans]
 
 
+def _plans_json(rows: list[dict]) -> str:
+    """{"plans": [...]} with one plan a line. Indented output would run json's pure-Python
+    encoder: 1.8 s for a mixed-64 run's 1,915 plans."""
+    return '{"plans": [\n' + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n"
+
+
 def _scalar(v) -> str:
     if v is None:
         return "null"
@@ -152,9 +158,9 @@ def write_front(out: Path, plans: list[Plan], front=None) -> None:
     plans = rebase(plans, Path.cwd(), out)
     shown = plans if front is None else [plans[int(i)] for i in front]
     atomic_write_text(out / "front.csv", front_table(shown))
-    atomic_write_text(out / "front.json", json.dumps({"plans": _json_plans(shown)}, indent=1) + "\n")
+    atomic_write_text(out / "front.json", _plans_json(_json_plans(shown)))
     atomic_write_text(out / "front_all.csv", front_table(plans))
-    atomic_write_text(out / "front_all.json", json.dumps({"plans": _json_plans(plans)}, indent=1) + "\n")
+    atomic_write_text(out / "front_all.json", _plans_json(_json_plans(plans)))
     plan_dir = out / "plans"
     plan_dir.mkdir(parents=True, exist_ok=True)
     keep = {f"{p.plan_id}.yaml" for p in plans}
@@ -173,7 +179,7 @@ def write_baselines(out: Path, baselines: dict[str, Plan]) -> None:
     rows = [{"baseline": name, **metric_row(p), **flatten_plan(p)} for name, p in baselines.items()]
     atomic_write_text(out / "baselines.csv", _csv_text(rows, ("baseline", *FRONT_COLUMNS)))
     data = [{"baseline": name, **d} for name, d in zip(baselines, _json_plans(plans))]
-    atomic_write_text(out / "baselines.json", json.dumps({"plans": data}, indent=1) + "\n")
+    atomic_write_text(out / "baselines.json", _plans_json(data))
 
 
 HISTORY_COLUMNS = ("generation", "evaluations", "wall_s", "hv", "front_size", "feasible_share",
