@@ -189,14 +189,26 @@ def _unique(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ks[first], order[first]
 
 
-def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return _unique(np.concatenate([a, b]))[0]
+def _member(a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Which values of a are in the sorted array s (a binary search each: np.isin sorts s again,
+    and s, the hashes seen, grows to hundreds of thousands)."""
+    if len(s) == 0:
+        return np.zeros(len(a), dtype=bool)
+    i = np.minimum(np.searchsorted(s, a), len(s) - 1)
+    return s[i] == a
+
+
+def _union(s: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of the sorted distinct s and of b (b inserted, s not re-sorted)."""
+    b = _unique(b)[0]
+    b = b[~_member(b, s)]
+    return np.insert(s, np.searchsorted(s, b), b)
 
 
 def _fresh(X: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of X neither repeated in X nor in `seen` (sorted hashes): their indices and hashes."""
     u, idx = _unique(_keys(X))
-    new = ~np.isin(u, seen, assume_unique=True)
+    new = ~_member(u, seen)
     return np.sort(idx[new]), u[new]
 
 
@@ -333,8 +345,11 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
         r = score(V)
         if depth + 1 < MAX_EDITS:
             # grouped by front plan, so each keeps at most PROMISING[depth] of each kind
-            _, grp = np.unique(base[parent], axis=0, return_inverse=True)
-            grp = grp.reshape(-1)
+            # (distinct rows of the few bases, then renumbered over those the neighbours have: the
+            # numbering np.unique of base[parent] gives, without sorting a row per neighbour)
+            _, per_base = np.unique(base, axis=0, return_inverse=True)
+            grp = per_base.reshape(-1)[parent]
+            grp = np.searchsorted(np.unique(grp), grp)
             gb = np.zeros((grp.max() + 1, 2))
             gb[grp] = base[parent]
             pick = _promising(grp, r, gb[:, 0], gb[:, 1], feasible=depth == 0, keep=PROMISING[depth])
@@ -345,7 +360,7 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     while not over():
         rounds += 1
         keys = _keys(FX)
-        todo = np.flatnonzero(~np.isin(keys, expanded))
+        todo = np.flatnonzero(~_member(keys, expanded))
         thr, cost = -FF[todo, 0], FF[todo, 1]
         dup = ((done_tc[None, :, 0] >= thr[:, None] * (1 - EPS))
                & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
@@ -392,7 +407,7 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             best = np.maximum.accumulate(-FF[order, 0])
             at = np.searchsorted(FF[order, 1], CF[:, 1] * (1 + 1e-9), side="right") - 1
             close = (at >= 0) & (-CF[:, 0] >= (1 - near) * best[np.clip(at, 0, None)])
-            close &= ~np.isin(ck, grown)
+            close &= ~_member(ck, grown)
             _, first = _unique(ck[close])
             todo = np.flatnonzero(close)[np.sort(first)]
             if not len(todo):
