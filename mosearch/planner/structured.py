@@ -271,7 +271,7 @@ class StructuredSeeds:
     # ------------------------------------------------------------ stage 3: engine TP per pool and GPU count
     def _rollout_stage(self) -> None:
         L, P = self.L, self.L.n_pools
-        rows, meta = [], []
+        rows = []
         for i in range(P):
             n = int(L.counts[i])
             sizes = _rollout_sizes(n)
