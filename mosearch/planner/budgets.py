@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mosearch.planner import plankeys
 from mosearch.planner.structured import front_2d, spread
 from problems.placement.names import SHARDINGS
 from problems.placement.problem import objectives
@@ -168,50 +169,6 @@ def colocated_singles(L) -> np.ndarray:
     return np.array(rows).reshape(-1, L.n_var)
 
 
-_W = np.random.default_rng(20260425).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
-
-
-def _keys(X: np.ndarray) -> np.ndarray:
-    """One 64-bit hash per plan vector (integers exact, kv_mem_frac at the 4 decimals a plan
-    keeps): sorting and membership on hashes instead of rows. Two of a million plans collide
-    with probability about 1e-8; a collision only skips one neighbour."""
-    V = np.rint(np.asarray(X, dtype=float) * 1e4).astype(np.int64).view(np.uint64)
-    with np.errstate(over="ignore"):
-        return (V * _W[:V.shape[1]]).sum(axis=1, dtype=np.uint64)
-
-
-def _unique(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct values of k and the first index of each (by sorting: numpy's hash-based
-    unique is far slower on these 64-bit hashes)."""
-    order = np.argsort(k, kind="stable")
-    ks = k[order]
-    first = np.r_[True, ks[1:] != ks[:-1]] if len(ks) else np.zeros(0, dtype=bool)
-    return ks[first], order[first]
-
-
-def _member(a: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """Which values of a are in the sorted array s (a binary search each: np.isin sorts s again,
-    and s, the hashes seen, grows to hundreds of thousands)."""
-    if len(s) == 0:
-        return np.zeros(len(a), dtype=bool)
-    i = np.minimum(np.searchsorted(s, a), len(s) - 1)
-    return s[i] == a
-
-
-def _union(s: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of the sorted distinct s and of b (b inserted, s not re-sorted)."""
-    b = _unique(b)[0]
-    b = b[~_member(b, s)]
-    return np.insert(s, np.searchsorted(s, b), b)
-
-
-def _fresh(X: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of X neither repeated in X nor in `seen` (sorted hashes): their indices and hashes."""
-    u, idx = _unique(_keys(X))
-    new = ~_member(u, seen)
-    return np.sort(idx[new]), u[new]
-
-
 def _promising(group: np.ndarray, r: dict, thr0: np.ndarray, cost0: np.ndarray, feasible: bool,
                keep: int) -> np.ndarray:
     """Rows worth another edit, per group (the front plan they come from, whose throughput and cost
@@ -298,7 +255,7 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
     expanded = np.zeros(0, dtype=np.uint64)  # expanded, or skipped as within EPS of an expanded plan
     grown = np.zeros(0, dtype=np.uint64)  # expanded
     done_tc = np.zeros((0, 2))  # throughput, cost of the plans expanded
-    seen = _unique(_keys(X0))[0]  # scored (as repaired) or generated (before the repair) already
+    seen = plankeys.unique(plankeys.keys(X0))[0]  # scored (as repaired) or generated (before the repair) already
     # promising neighbours for another edit: (plans, their front plan's throughput and cost, edits so far)
     pending: list[tuple[np.ndarray, np.ndarray, int]] = []
     found_X, found_F = [], []
@@ -335,10 +292,10 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
         the first edit all four kinds, after the second those that miss a limit, to MAX_EDITS."""
         nonlocal seen
         V, parent = mv.apply(B)
-        idx, raw = _fresh(V, seen)  # moves that repeat a plan or land where an earlier one did
+        idx, raw = plankeys.fresh(V, seen)  # moves that repeat a plan or land where an earlier one did
         V, parent = L.repair(V[idx]), parent[idx]
-        idx, k = _fresh(V, seen)
-        seen = _union(seen, np.concatenate([raw, k]))
+        idx, k = plankeys.fresh(V, seen)
+        seen = plankeys.union(seen, np.concatenate([raw, k]))
         V, parent = V[idx], parent[idx]
         if len(V) == 0:
             return
@@ -359,17 +316,17 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
 
     while not over():
         rounds += 1
-        keys = _keys(FX)
-        todo = np.flatnonzero(~_member(keys, expanded))
+        keys = plankeys.keys(FX)
+        todo = np.flatnonzero(~plankeys.member(keys, expanded))
         thr, cost = -FF[todo, 0], FF[todo, 1]
         dup = ((done_tc[None, :, 0] >= thr[:, None] * (1 - EPS))
                & (done_tc[None, :, 1] <= cost[:, None] * (1 + EPS))).any(axis=1)
-        expanded = _union(expanded, keys[todo[dup]])  # skipped for good
+        expanded = plankeys.union(expanded, keys[todo[dup]])  # skipped for good
         todo = todo[~dup]
         if (k := cut(len(todo))) is not None:  # the cap holds within a round too (FX: front_2d's order)
             todo = todo[k]
-        expanded = _union(expanded, keys[todo])
-        grown = _union(grown, keys[todo])
+        expanded = plankeys.union(expanded, keys[todo])
+        grown = plankeys.union(grown, keys[todo])
         if len(todo):
             done_tc = np.vstack([done_tc, np.column_stack([-FF[todo, 0], FF[todo, 1]])])
             expand(FX[todo], np.column_stack([-FF[todo, 0], FF[todo, 1]]), 0)
@@ -385,8 +342,8 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
             expand(B, base, depth)
         elif stages:
             N = L.repair(stages.pop(0))
-            idx, k = _fresh(N, seen)
-            seen = _union(seen, k)
+            idx, k = plankeys.fresh(N, seen)
+            seen = plankeys.union(seen, k)
             if len(idx):
                 r = score(N[idx])
                 near_X.append(N[idx][r["ok"]])
@@ -402,20 +359,20 @@ def budget_polish(problem, X0: np.ndarray, max_evals: int = 2_000_000, max_s: fl
                 C, CF = np.vstack([*near_X, FX]), np.vstack([*near_F, FF])
             else:
                 C, CF = FX, FF
-            ck = _keys(C)
+            ck = plankeys.keys(C)
             order = np.argsort(FF[:, 1])
             best = np.maximum.accumulate(-FF[order, 0])
             at = np.searchsorted(FF[order, 1], CF[:, 1] * (1 + 1e-9), side="right") - 1
             close = (at >= 0) & (-CF[:, 0] >= (1 - near) * best[np.clip(at, 0, None)])
-            close &= ~_member(ck, grown)
-            _, first = _unique(ck[close])
+            close &= ~plankeys.member(ck, grown)
+            _, first = plankeys.unique(ck[close])
             todo = np.flatnonzero(close)[np.sort(first)]
             if not len(todo):
                 converged = True
                 break
             if (k := cut(len(todo))) is not None:  # spread along cost
                 todo = todo[np.argsort(CF[todo, 1])][k]
-            expanded, grown = _union(expanded, ck[todo]), _union(grown, ck[todo])
+            expanded, grown = plankeys.union(expanded, ck[todo]), plankeys.union(grown, ck[todo])
             expand(C[todo], np.column_stack([-CF[todo, 0], CF[todo, 1]]), 0)
         else:
             converged = True
