@@ -41,10 +41,25 @@ PROBE = 100_000
 TOLERANCE = 0.02
 
 
-def cases(quick: bool) -> list[tuple[str, str]]:
+CLUSTER_DIR = Path("benchmarks") / "clusters" / "budgets"
+
+
+def cluster_files(given: list[str] | None) -> list[Path]:
+    """The cluster files to check: `given` (files, or folders of *.yaml), else the seven written for it."""
+    if not given:
+        return [ROOT / CLUSTER_DIR / f"{c}.yaml" for c in CLUSTERS]
+    out = []
+    for g in given:
+        p = Path(g) if Path(g).is_absolute() else Path.cwd() / g
+        out += sorted(p.glob("*.yaml")) if p.is_dir() else [p]
+    return out
+
+
+def cases(quick: bool, clusters: list[Path] | None = None) -> list[tuple[Path, str]]:
+    clusters = clusters if clusters is not None else cluster_files(None)
     if quick:
-        return [(c, WORKLOADS[i % 2]) for i, c in enumerate(CLUSTERS)]
-    return [(c, w) for c in CLUSTERS for w in WORKLOADS]
+        return [(c, WORKLOADS[i % 2]) for i, c in enumerate(clusters)]
+    return [(c, w) for c in clusters for w in WORKLOADS]
 
 
 def tc(plans) -> np.ndarray:
@@ -90,11 +105,21 @@ def probe(problem, X: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.vstack(out)
 
 
+def _rel(p: Path) -> str:
+    """A path as the benchmark's command gives it: relative to the repository where it lies inside."""
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--quick", action="store_true", help="one workload per cluster")
-    ap.add_argument("--cases", nargs="+", help="only these clusters")
+    ap.add_argument("--cases", nargs="+", help="only these clusters (by name)")
+    ap.add_argument("--clusters", nargs="+", metavar="PATH",
+                    help=f"cluster files or folders of them (default: the seven in {CLUSTER_DIR})")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "budgets.md"))
     args = ap.parse_args(argv)
 
@@ -109,9 +134,10 @@ def main(argv=None) -> int:
     rows, walls = [], []
     n_checks = n_ok = n_spread = n_spread_ok = 0
     worst_ratio, worst_spread = 1.0, 1.0
-    todo = [c for c in cases(args.quick) if not args.cases or c[0] in args.cases]
-    for cname, wname in todo:
-        cpath = ROOT / "benchmarks" / "clusters" / "budgets" / f"{cname}.yaml"
+    files = cluster_files(args.clusters)
+    todo = [c for c in cases(args.quick, files) if not args.cases or c[0].stem in args.cases]
+    for cpath, wname in todo:
+        cname = cpath.stem
         wpath = ROOT / "benchmarks" / "workloads" / "budgets" / f"{wname}.yaml"
         problem = PlacementProblem.from_files(cpath, wpath)
         per_seed, Xs = {}, []
@@ -168,7 +194,9 @@ def main(argv=None) -> int:
                 print(rows[-1], flush=True)
 
     seeds = " ".join(str(s) for s in args.seeds)
-    cmd = f"python -m mosearch.bench.budget_targets --seeds {seeds}{' --quick' if args.quick else ''}"
+    where = " ".join(_rel(f) for f in files) if args.clusters else f"{CLUSTER_DIR}/"
+    cmd = (f"python -m mosearch.bench.budget_targets --seeds {seeds}{' --quick' if args.quick else ''}"
+           + (f" --clusters {' '.join(args.clusters)} --out {_rel(Path(args.out).resolve())}" if args.clusters else ""))
     load1 = os.getloadavg()
     lines = [
         "# Budget completeness and seed stability of the default `mosearch plan` (issue 29)", "",
@@ -177,8 +205,11 @@ def main(argv=None) -> int:
                                    f"`python -m mosearch.bench.budget_targets --seeds {seeds}`)"), "",
         f"Measured on {platform.machine()}, {os.cpu_count()} cores shared with other work; load average "
         f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end.", "",
-        "Clusters and workloads: `benchmarks/clusters/budgets/`, `benchmarks/workloads/budgets/` (written for this "
-        "check, not tuned on). Each case runs the default search (`mosearch plan`'s settings, "
+        (f"Clusters and workloads: `{where}`, `benchmarks/workloads/budgets/` (written for this check, not tuned on). "
+         if not args.clusters else
+         f"Clusters: {', '.join(f'`{_rel(f)}`' for f in files)} (not used while the budget polish was built); "
+         "workloads: `benchmarks/workloads/budgets/`. ") +
+        "Each case runs the default search (`mosearch plan`'s settings, "
         f"{SearchSettings().evals:,} search evaluations plus seeding and the budget polish) with each seed. Budgets: "
         f"{BUDGETS} costs spread by rank along the throughput-cost front of all seeds' plans together; floors: "
         f"{FLOORS} throughputs the same way. Reference at each: the best of every seed's plans, the budget polish "
