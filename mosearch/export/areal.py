@@ -110,6 +110,11 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
                          "gradient_checkpointing": plan.train.recompute, "offload": False}
     if ctx.reference or ctx.algorithm is None:
         cfg["ref"] = {"backend": train_backend, "scheduling_strategy": dict(beside_actor)}
+    if ctx.model_dir is not None:
+        cfg["tokenizer_path"] = ctx.model_dir
+        for part in ("actor", "critic", "ref"):
+            if part in cfg:
+                cfg[part]["path"] = ctx.model_dir
     return cfg
 
 
@@ -144,6 +149,9 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
         out.append(f"workload assumes {K.WHAT[k]} (elementwise_kernels {k}); AReaL 1.0.4's FSDP engine runs Hugging "
                    "Face's eager modules (no switch): training slower than predicted; set elementwise_kernels: eager "
                    "in the workload to plan for that.")
+    note = ctx.weights_note(["actor.path", "tokenizer_path"] + (["critic.path"] if ctx.algorithm == "ppo" else [])
+                            + (["ref.path"] if ctx.reference else []))
+    out += [note] if note else []
     if not ctx.has_workload:
         out.append("no workload spec: train_dataset.batch_size and gconfig.n_samples are left out.")
     if not ctx.has_cluster:

@@ -26,6 +26,7 @@ class ExportContext:
     precision: str | None = None  # the workload's training precision (bf16, fp16, fp8, tf32, fp32)
     reference: bool = False  # a frozen reference model for a KL term (PPO always; GRPO when the workload asks)
     elementwise_kernels: str | None = None  # the workload's (names.ELEMENTWISE_KERNELS); None: no switch emitted
+    model_dir: str | None = None  # the model's local Hugging Face directory, when the workload named one
 
     @classmethod
     def from_specs(cls, cluster=None, workload=None) -> "ExportContext":
@@ -39,11 +40,22 @@ class ExportContext:
             fields.update(model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
                           samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len,
                           response_max=w.response_max, reference=w.has_reference, precision=w.precision,
-                          elementwise_kernels=w.elementwise_kernels)
+                          elementwise_kernels=w.elementwise_kernels, model_dir=w.model_dir)
         return cls(**fields)
 
     def node_size(self, pool: str, at_least: int = 1) -> int:
         return max(self.gpus_per_node.get(pool, DEFAULT_GPUS_PER_NODE), at_least)
+
+    def weights_note(self, keys: list[str]) -> str | None:
+        """Where the target reads the model's weights: filled from the workload's model directory,
+        or left to the user (a workload that names an architecture has no weights)."""
+        if not self.has_workload:
+            return None
+        where = ", ".join(keys)
+        if self.model_dir is not None:
+            return f"model weights: {where} set to the workload's model directory."
+        return (f"model weights: set {where} to {self.model}'s weights (a Hugging Face directory); the workload "
+                "names an architecture, not a directory.")
 
     @property
     def has_cluster(self) -> bool:

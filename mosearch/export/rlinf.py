@@ -117,6 +117,9 @@ def export(plan: Plan, ctx: ExportContext | None = None) -> dict:
     }
     if ctx.algorithm == "ppo":
         cfg["critic"] = {"use_critic_model": True, **_model(plan, ctx)}
+    if ctx.model_dir is not None:  # rlinf/config.py reads both (the critic starts from the rollout's)
+        for part in ("rollout", "actor"):
+            cfg[part].setdefault("model", {})["model_path"] = ctx.model_dir
     if ctx.prompts_per_step is not None:
         cfg["data"] = {"rollout_batch_size": ctx.prompts_per_step}
         if ctx.prompt_len is not None and ctx.response_max is not None:
@@ -153,6 +156,8 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
         out.append(K.liger_note(k, "actor.fsdp_config.use_liger_kernel").rstrip(".") + "; RLinf applies Liger only "
                    "to the model types qwen2.5, qwen2.5_vl, qwen3_vl, qwen3_moe and qwen3_vl_moe (actor.model.model_type): others run Hugging "
                    "Face's eager modules, training slower than predicted.")
+    note = ctx.weights_note(["rollout.model.model_path", "actor.model.model_path"])
+    out += [note] if note else []
     if not ctx.has_cluster:
         out.append("no cluster spec: 8 GPUs per node assumed.")
     return out

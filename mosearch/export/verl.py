@@ -93,6 +93,8 @@ def _train_block(plan: Plan, ctx: ExportContext) -> dict:
 
 def _model_block(plan: Plan, ctx: ExportContext) -> dict:
     m: dict = {"enable_gradient_checkpointing": plan.train.recompute}
+    if ctx.model_dir is not None:
+        m["path"] = ctx.model_dir
     if ctx.elementwise_kernels and not megatron(plan):  # Hugging Face modules: eager unless Liger patches them
         m["use_liger"] = K.liger(ctx.elementwise_kernels)
     return m
@@ -241,6 +243,8 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
         note = (K.megatron_note(ctx.elementwise_kernels, "verl") if megatron(plan)
                 else K.liger_note(ctx.elementwise_kernels, "actor_rollout_ref.model.use_liger"))
         out += [note] if note else []
+    note = ctx.weights_note(["actor_rollout_ref.model.path"] + (["critic.model.path"] if ctx.algorithm == "ppo" else []))
+    out += [note] if note else []
     if not ctx.has_workload:
         out.append("no workload spec: algorithm, data sizes, ppo_mini_batch_size, rollout.n and the element-wise "
                    "kernel switches are left out.")

@@ -165,3 +165,24 @@ def test_verl_refuses_uneven_rollout_nodes(async_plan):
 def test_ranges():
     assert L.ranges([0, 1, 2, 5, 6, 9]) == "0-2,5-6,9-9"
     assert L.ranges([]) == ""
+
+
+def test_a_workload_model_directory_fills_each_targets_weight_keys(colocated, ctx):
+    import dataclasses
+
+    own = dataclasses.replace(ctx, model_dir="/models/team-7b")
+    ppo = dataclasses.replace(own, algorithm="ppo", reference=True)
+    verl = EXPORTERS["verl"](colocated, ppo)
+    assert verl["actor_rollout_ref"]["model"]["path"] == "/models/team-7b"
+    assert verl["critic"]["model"]["path"] == "/models/team-7b"
+    areal = EXPORTERS["areal"](colocated, ppo)
+    assert areal["tokenizer_path"] == areal["actor"]["path"] == areal["critic"]["path"] == areal["ref"]["path"] \
+        == "/models/team-7b"
+    rlinf = EXPORTERS["rlinf"](colocated, own)
+    assert rlinf["rollout"]["model"]["model_path"] == rlinf["actor"]["model"]["model_path"] == "/models/team-7b"
+    for target in ("verl", "areal", "rlinf"):
+        # filled: the note says so; a workload naming an architecture: the note names the keys to set
+        assert any("set to the workload's model directory" in n for n in NOTES[target](colocated, own)), target
+        asked = [n for n in NOTES[target](colocated, ctx) if n.startswith("model weights: set ")]
+        assert len(asked) == 1 and ctx.model in asked[0], target
+        assert "path" not in str(EXPORTERS[target](colocated, ctx)).replace("model_path", ""), target
