@@ -52,7 +52,7 @@ BLOCK = 100_000  # plans per model call
 # once: a budget's best plan is often one edit from a plan the front dominates by a little (4
 # generating + 8 training GPUs, one GPU too many) or from a skipped one, never from an expanded one
 NEAR = 0.1
-RELOCATE_MAX_POOLS = 8  # generation-relocation moves (P (P - 1) log2 n of them) up to this many pools
+RELOCATE_MAX_POOLS = 4  # generation-relocation moves (~P (P - 1) log2(n)^2 / 2 of them) up to this many pools
 NEAR_MIN_EVALS = 200_000  # the near pass and what follows: as many evaluations as before it, at least these
 
 
@@ -105,10 +105,13 @@ def moves(L) -> Moves:
         out += [[put(i, n), put(P + i, 0)], [put(i, 0), put(P + i, n)], [put(i, n), put(P + i, n)]]
         out += [[put(2 * P + i, k)] for k in range(int(L.rtp_n[i]))]
         if P <= RELOCATE_MAX_POOLS:
-            # generation moved from another pool to this one (its training GPUs stay): three edits
-            # apart otherwise, with the way between them dearer or slower than the front (l40-a30-rack
-            # x Qwen2.5-32B: 4 L40 generating for 12 A100 -> 2 of the A100 pool's own spare GPUs)
-            out += [[put(h, 0), add(i, d)] for h in range(P) if h != i for d in count_steps(n) if d > 0]
+            # generation moved from another pool to d more GPUs of this one, with each engine TP that
+            # divides d (its training GPUs stay): three edits apart otherwise, the way between them
+            # dearer or slower than the front, and an engine TP larger than d is repaired back to the
+            # old pool (l40-a30-rack x Qwen2.5-32B: 4 L40 generating for A100s -> 2 spare A100s, TP 2)
+            out += [[put(h, 0), add(i, d), put(2 * P + i, k)] for h in range(P) if h != i
+                    for d in count_steps(n) if d > 0
+                    for k in range(int(L.rtp_n[i])) if L.rtp_options[i, k] <= d and d % L.rtp_options[i, k] == 0]
         # the engine as one edit: its TP with a concurrency to match (a larger engine holds more
         # sequences; either change alone may leave the KV cache short or the engine underused)
         out += [[put(2 * P + i, k), put(L.g("log2_max_num_seqs"), q)] for k in range(int(L.rtp_n[i]))
