@@ -16,7 +16,7 @@ def keys(X: np.ndarray) -> np.ndarray:
     """One hash per row of X."""
     V = np.rint(np.asarray(X, dtype=float) * 1e4).astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
-        return (V * WEIGHTS[:V.shape[1]]).sum(axis=1, dtype=np.uint64)
+        return V @ WEIGHTS[:V.shape[1]]  # modulo 2^64, as the sum of products; twice as fast
 
 
 def unique(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
