@@ -55,8 +55,7 @@ def cluster_files(given: list[str] | None) -> list[Path]:
     return out
 
 
-def cases(quick: bool, clusters: list[Path] | None = None) -> list[tuple[Path, str]]:
-    clusters = clusters if clusters is not None else cluster_files(None)
+def cases(quick: bool, clusters: list[Path]) -> list[tuple[Path, str]]:
     if quick:
         return [(c, WORKLOADS[i % 2]) for i, c in enumerate(clusters)]
     return [(c, w) for c in clusters for w in WORKLOADS]
@@ -205,7 +204,6 @@ def main(argv=None) -> int:
                 print(rows[-1], flush=True)
 
     seeds = " ".join(str(s) for s in args.seeds)
-    where = " ".join(_rel(f) for f in files) if args.clusters else f"{CLUSTER_DIR}/"
     cmd = (f"python -m mosearch.bench.budget_targets --seeds {seeds}{' --quick' if args.quick else ''}"
            + (f" --clusters {' '.join(args.clusters)} --out {_rel(Path(args.out).resolve())}" if args.clusters else ""))
     load1 = os.getloadavg()
@@ -216,7 +214,7 @@ def main(argv=None) -> int:
                                    f"`python -m mosearch.bench.budget_targets --seeds {seeds}`)"), "",
         f"Measured on {platform.machine()}, {os.cpu_count()} cores shared with other work; load average "
         f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end.", "",
-        (f"Clusters and workloads: `{where}`, `benchmarks/workloads/budgets/` (written for this check, not tuned on). "
+        (f"Clusters and workloads: `{CLUSTER_DIR}/`, `benchmarks/workloads/budgets/` (written for this check, not tuned on). "
          if not args.clusters else
          f"Clusters: {', '.join(f'`{_rel(f)}`' for f in files)} (not used while the budget polish was built); "
          "workloads: `benchmarks/workloads/budgets/`. ") +

@@ -183,7 +183,7 @@ def interrupt_flag():
         signal.signal(signal.SIGINT, previous)
 
 
-def _row(rec: RecordingProblem, t0: float, scale: HVScale | None, memo: dict | None = None) -> dict:
+def _row(rec: RecordingProblem, t0: float, scale: HVScale | None, memo: dict) -> dict:
     """One history row. Its hypervolume is computed every HV_EVERY batches (None between); the
     search's last row always gets it (`run_search`)."""
     F = rec.archive.F
@@ -191,7 +191,7 @@ def _row(rec: RecordingProblem, t0: float, scale: HVScale | None, memo: dict | N
         "generation": rec.batches,
         "evaluations": rec.n_evals,
         "wall_s": round(time.perf_counter() - t0, 4),
-        "hv": _hv(rec, scale, memo if memo is not None else {}) if rec.batches % HV_EVERY == 0 else None,
+        "hv": _hv(rec, scale, memo) if rec.batches % HV_EVERY == 0 else None,
         "front_size": len(F),
         "feasible_share": rec.last_feasible_share,
         "best_throughput": float(-F[:, 0].min()) if len(F) else None,

@@ -161,20 +161,6 @@ def spread(n: int, k: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, k).round().astype(int))
 
 
-def first_rows(A: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each distinct row of an integer-valued A, ascending.
-    By each row's bytes in a dict: np.unique(axis=0) compares rows field by field and took
-    9 s of a 4,096-GPU plan's 83 s."""
-    A = np.ascontiguousarray(np.rint(A).astype(np.int32))
-    if A.size == 0:
-        return np.arange(min(len(A), 1))  # no columns: every row is the same
-    rows = A.view(np.dtype((np.void, A.dtype.itemsize * A.shape[1]))).ravel().tolist()
-    first: dict[bytes, int] = {}
-    for i, row in enumerate(rows):
-        first.setdefault(row, i)
-    return np.fromiter(first.values(), dtype=np.intp, count=len(first))
-
-
 class StructuredSeeds:
     """Runs the five stages on construction; `X`, `F`, `ok` hold every full plan scored."""
 
@@ -223,10 +209,11 @@ class StructuredSeeds:
         return self.engines.evaluate_matrix(X)
 
     def _score(self, X: np.ndarray):
-        R = self.L.repair(X)
+        return self._score_repaired(self.L.repair(X))
+
+    def _score_repaired(self, R: np.ndarray):
         r = self._eval(R)
-        F = objectives(r)
-        return R, F, r["feasible"] > 0
+        return R, objectives(r), r["feasible"] > 0
 
     # ------------------------------------------------------------ stage 1 + 2: training footprints and layouts
     def _train_stage(self) -> None:
@@ -431,7 +418,9 @@ class StructuredSeeds:
         # the fastest plan of each footprint (GPUs per pool and role), the fastest footprints
         # first: refining one plan per footprint reaches more structures than many of one
         order = np.argsort(F[:, 0], kind="stable")
-        per_foot = ok[order[first_rows(self.X[ok[order], :2 * self.L.n_pools])]]
+        # (by plan hashes: np.unique(axis=0) compares rows field by field, 9 s of a 4,096-GPU plan)
+        _, first = plankeys.unique(plankeys.keys(self.X[ok[order], :2 * self.L.n_pools]))
+        per_foot = ok[order[np.sort(first)]]
         fast = per_foot[:self.n_bases // 3]
         # and the fastest plan of each footprint within PAIR_SLACK of the fastest plan at its cost or
         # below: a footprint one move reached is often first slower than the front, until its own
@@ -509,7 +498,7 @@ class StructuredSeeds:
         R = self.L.repair(np.vstack(variants))
         idx, k = plankeys.fresh(R, self.seen)
         self.seen = plankeys.union(self.seen, k)
-        R, F, ok = self._score(R[idx])
+        R, F, ok = self._score_repaired(R[idx])
         self.X, self.F, self.ok = np.vstack([self.X, R]), np.vstack([self.F, F]), np.concatenate([self.ok, ok])
 
     # ------------------------------------------------------------ results
