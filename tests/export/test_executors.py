@@ -60,6 +60,21 @@ def test_every_front_plan_starts_in_its_executor_as_planned(fronts, model_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("executor", list(CHECKS))
+def test_weight_paths_from_a_model_directory_pass_each_executors_start_up(fronts, model_path, executor):
+    """A workload naming a model directory: the export fills the weight keys (verl: the critic's too,
+    PPO), and the executor's start-up code takes the config with them."""
+    import dataclasses
+
+    plans, c, w = fronts(executor, "h100-64", "llama3.1-70b-ppo")
+    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=model_path)
+    if executor == "verl":
+        check_verl(plans[0], ctx, w, model_path)
+    else:
+        CHECKS[executor](plans[0], ctx, w)
+
+
+@pytest.mark.slow
 def test_areal_cannot_fit_70b_ppo_on_mixed_64(tmp_path):
     """No optimizer offload in AReaL: the search reports why it found no plan instead of a front."""
     from mosearch.planner.run import plan_run
