@@ -91,9 +91,9 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
     """
     B, T = token_rewards.shape
     adv = torch.zeros_like(values)
-    last = torch.zeros(B, dtype=values.dtype)
+    last = values.new_zeros(B)
     for t in reversed(range(T)):  # T is the response length (tens of tokens): a short loop over time
-        next_v = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else torch.zeros(B, dtype=values.dtype)
+        next_v = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else values.new_zeros(B)
         delta = token_rewards[:, t] + gamma * next_v - values[:, t]
         last = (delta + gamma * lam * last) * mask[:, t]
         adv[:, t] = last
@@ -103,8 +103,8 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
 def terminal_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Put each sequence's scalar reward on its last real response token (mask may start anywhere)."""
     out = torch.zeros_like(mask, dtype=torch.float32)
-    last = ((mask > 0) * torch.arange(1, mask.shape[1] + 1)).argmax(dim=1)
-    out[torch.arange(mask.shape[0]), last] = rewards.to(torch.float32)
+    last = ((mask > 0) * torch.arange(1, mask.shape[1] + 1, device=mask.device)).argmax(dim=1)
+    out[torch.arange(mask.shape[0], device=mask.device), last] = rewards.to(out)
     return out * mask
 
 

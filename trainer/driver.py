@@ -62,6 +62,7 @@ class RunConfig:
     max_new_tokens: int | None = None
     temperature: float = 1.0
     algo: str = "grpo"
+    precision: str = "fp32"  # the workload's; what each rank runs on its device: workers.run_precision
     lr: float = 2e-4
     lr_schedule: str = "constant"  # constant | cosine | linear: decay from lr to lr * lr_final_ratio
     lr_final_ratio: float = 0.1
@@ -223,6 +224,11 @@ class Driver:
         ex = plan.execution
         self.mode, self.k, self.chunks = ex.mode, ex.staleness_bound, ex.pipeline_chunks
         self.layout = P.layout(plan, self.found, emulate, self.plan_file)
+        from trainer.workers import run_precision
+
+        self.train_precision, note = run_precision(cfg.precision, "cuda" if self.found.cuda else "cpu")
+        if note:
+            self.layout.notes.append(note)
         if cfg.backend != "vllm" and any(e.tp > 1 for e in self.layout.engines):
             self.layout.notes.append("rollout tensor parallelism runs as tp=1: the transformers test backend has none")
         if self.layout.pp > 1 and (cfg.algo == "ppo" or cfg.kl_coef > 0):
@@ -277,7 +283,8 @@ class Driver:
         self.train = TrainGroup(ray.remote(TrainWorker), lay, found, pg_t, env, 0.5 if lay.colocated else 1.0,
                                 {"model_path": str(self.model_path), "algo": algo, "micro_batch": t.micro_batch,
                                  "sharding": t.sharding, "seed": cfg.seed, "pad_id": self.tok.pad_token_id,
-                                 "recompute": t.recompute, "optimizer_offload": t.optimizer_offload}, roster,
+                                 "recompute": t.recompute, "optimizer_offload": t.optimizer_offload,
+                                 "precision": self.train_precision}, roster,
                                 owns_pg=pg_t is not pg_r)
         self.rollout = RolloutGroup(ray.remote(VLLMEngine if cfg.backend == "vllm" else HFEngine), lay, found, pg_r, env,
                                     {"model_path": str(self.model_path), "kv_mem_frac": self.plan.rollout.kv_mem_frac,

@@ -9,6 +9,7 @@ its log-probs are the detached log-probs of the same forward pass.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -32,7 +33,8 @@ class TrainWorker(WorkerState):
 
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
                  micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0, tp: int = 1, pp: int = 1,
-                 recompute: bool = False, optimizer_offload: bool = False, master_addr: str = "127.0.0.1"):
+                 recompute: bool = False, optimizer_offload: bool = False, master_addr: str = "127.0.0.1",
+                 precision: str = "fp32"):
         from transformers import AutoModelForCausalLM
 
         self.rank, self.world = rank, world_size
@@ -46,6 +48,10 @@ class TrainWorker(WorkerState):
         self.objective = A.objective(self.cfg)
         self.micro_batch, self.pad_id = micro_batch, pad_id
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        self.precision = run_precision(precision, self.device.type)[0]
+        self.layout["precision"] = self.precision
+        if self.device.type == "cuda":  # process-wide switches: this process is one rank
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.precision == "tf32"
         torch.manual_seed(seed)
         # rank 0's node address (TrainGroup.spawn finds it), so ranks on other machines meet there
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
@@ -62,7 +68,9 @@ class TrainWorker(WorkerState):
         self._full_meta = {k: (tuple(v.shape), v.dtype) for k, v in module.state_dict().items()}
         self.tied = bool(getattr(module.config, "tie_word_embeddings", False))
         # activation shapes between pipeline stages: hidden states, and logits after the last
+        # (the residual stream stays fp32 under autocast; the lm_head's logits come out in its dtype)
         self.hidden, self.vocab, self.dtype = module.config.hidden_size, module.lm_head.out_features, torch.float32
+        self.logits_dtype = AUTOCAST.get(self.precision, torch.float32)
         self.sharding = sharding
         self.g = PL.Groups(rank, self.dp, tp, pp, self.device.type) if world_size > 1 else None
         self.c = self.g.c if self.g else PL.Coords.of(0, 1, 1, 1)
@@ -131,11 +139,18 @@ class TrainWorker(WorkerState):
         """Per-position log-prob of the next token [B, L-1], the summed entropy of the next-token
         distributions over the response, and values [B, L-1] with a critic (else None)."""
         model = model or self.model
-        out = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"],
-                    output_hidden_states=self.value_head is not None and model is not self.ref)
-        return self._token_logp(out.logits, t) + (
-            self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1)
-            if self.value_head is not None and model is not self.ref else None,)
+        with self.amp():
+            out = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"],
+                        output_hidden_states=self.value_head is not None and model is not self.ref)
+            values = (self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1).float()
+                      if self.value_head is not None and model is not self.ref else None)
+        return self._token_logp(out.logits, t) + (values,)
+
+    def amp(self):
+        """Mixed precision as the plan's workload asks (`run_precision`): bf16 autocast over fp32 master
+        weights, as PyTorch AMP and FSDP's MixedPrecision run it (16 bytes per parameter with Adam)."""
+        dtype = AUTOCAST.get(self.precision)
+        return torch.autocast(self.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
     @staticmethod
     def _token_logp(logits: torch.Tensor, t: dict, targets: torch.Tensor | None = None) -> tuple:
@@ -245,18 +260,19 @@ class TrainWorker(WorkerState):
         n, seq = len(parts), ids.shape[1]
         # (requires_grad marks the activations whose gradients travel back between stages)
         hidden = torch.empty(rows, seq, self.hidden, dtype=self.dtype, device="meta", requires_grad=True)
-        logits = torch.empty(rows, seq, self.vocab, dtype=self.dtype, device="meta", requires_grad=True)
+        logits = torch.empty(rows, seq, self.vocab, dtype=self.logits_dtype, device="meta", requires_grad=True)
         stage = PipelineStage(
             self.model, self.c.pp_idx, self.pp, self.device, group=self.g.pp_group,
             input_args=torch.empty(rows, seq, dtype=ids.dtype, device="meta") if self.c.first else hidden,
             output_args=logits if self.c.last else hidden)
         sched = (Schedule1F1B if n >= self.pp else ScheduleGPipe)(stage, n, loss_fn=loss_fn, scale_grads=False)
-        if self.c.first:
-            sched.step(ids)
-        elif self.c.last:
-            sched.step(target=target)
-        else:
-            sched.step()
+        with self.amp():
+            if self.c.first:
+                sched.step(ids)
+            elif self.c.last:
+                sched.step(target=target)
+            else:
+                sched.step()
         assert len(seen) == (n if self.c.last else 0), "the schedule ran a micro-batch that is not the batch's"
         self._acc_stats += [st for st, real in seen if real]
 
@@ -299,7 +315,7 @@ class TrainWorker(WorkerState):
             for g in self.opt.param_groups:
                 g["lr"] = lr
         grads = self._sync_grads()
-        sq = PL.sq_norm(grads)
+        sq = PL.sq_norm(grads).to(self.device)  # NCCL reduces device tensors only
         if self.g is not None:
             if self.zero and self.sharding == "zero2":
                 dist.all_reduce(sq, group=self.g.dp_group)
@@ -340,6 +356,7 @@ class TrainWorker(WorkerState):
                 or (k == "kl_sum" and self.ref is not None) or (k == "value_loss_sum" and self.objective.critic)]
         v = torch.tensor([[s.get(k, 0.0) for k in keys] for s in st], dtype=torch.float64).sum(0) if st else \
             torch.zeros(len(keys), dtype=torch.float64)
+        v = v.to(self.device)  # NCCL reduces device tensors only
         dist.all_reduce(v, group=self.g.dp_group)
         return [dict(zip(keys, v.tolist()))]
 
@@ -352,6 +369,25 @@ class TrainWorker(WorkerState):
         self.sync_close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+# autocast dtypes of the precisions that train under autocast (the rest run fp32 storage and matmuls)
+AUTOCAST = {"bf16": torch.bfloat16}
+
+
+def run_precision(requested: str, device: str) -> tuple[str, str | None]:
+    """The precision a training rank runs for the workload's `requested` one, and one line for the run's
+    notes when that differs. On CPU every rank trains in fp32 (what the CPU runs and is predicted in); on
+    GPU bf16 trains under autocast, tf32 and fp32 as fp32 with TF32 matmuls allowed or not; fp16 and fp8
+    train as bf16 (this trainer has no fp16 loss scaling and no fp8 matmuls)."""
+    if device != "cuda":
+        return "fp32", None if requested == "fp32" else f"precision: the workload's {requested} trains in fp32 on CPU"
+    if requested in ("fp16", "fp8"):
+        return "bf16", (f"precision: the workload's {requested} trains as bf16 autocast (this trainer has no "
+                        + ("fp16 loss scaling)" if requested == "fp16" else "fp8 matmuls)"))
+    if requested not in ("bf16", "tf32", "fp32"):
+        raise ValueError(f"precision: {requested!r} is not one of bf16, fp16, fp8, tf32, fp32")
+    return requested, None
 
 
 _SUM_KEYS = ("loss", "tokens", "clip_tokens", "behav_weight_sum", "sequences", "entropy_sum", "behav_abs_diff",

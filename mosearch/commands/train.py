@@ -166,7 +166,7 @@ def workload_defaults(workload) -> dict:
     """RunConfig fields the plan's workload gives: its algorithm and batch shape, and the model when it
     is the tiny one the trainer builds or a model directory (a preset of a large model names its
     architecture only)."""
-    out = {"algo": workload.algorithm, "prompts_per_step": workload.prompts_per_step,
+    out = {"algo": workload.algorithm, "precision": workload.precision, "prompts_per_step": workload.prompts_per_step,
            "group_size": workload.samples_per_prompt, "max_new_tokens": workload.response_max}
     if workload.model_dir is not None:
         out["model"] = workload.model_dir

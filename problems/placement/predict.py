@@ -531,6 +531,10 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "
                      f"RMSNorm, RoPE and the MLP activation unfused); the plan assumed {wl.elementwise_kernels}")
         wl = dataclasses.replace(wl, elementwise_kernels=EAGER_KERNELS)
+    ran = lay.get("precision")
+    if ran and ran != wl.precision:
+        notes.append(f"predicted in {ran}, the precision the training ranks ran (the workload names {wl.precision})")
+        wl = dataclasses.replace(wl, precision=ran)
     out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
     if out.get("repaired"):
         notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")

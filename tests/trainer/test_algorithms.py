@@ -79,3 +79,24 @@ def test_value_loss_clipped():
     v, old, ret = torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]])
     # unclipped (1-2)^2 = 1, clipped V = .2: (.2-2)^2 = 3.24 -> max 3.24 * .5
     assert A.value_loss(v, old, ret, torch.ones(1, 1), clip=0.2).item() == pytest.approx(1.62)
+
+
+def test_advantages_stay_on_the_batch_device():
+    """GAE and the terminal rewards build no tensor on the CPU: on a GPU a CPU tensor beside the batch's
+    stops PPO's first step (it did, on an H200). The meta device refuses the same mix on any machine."""
+    mask = torch.ones(2, 5, device="meta")
+    rewards = A.terminal_rewards(torch.ones(2, device="meta"), mask)
+    adv, ret = A.gae(rewards, torch.zeros(2, 5, device="meta"), mask)
+    assert rewards.device.type == adv.device.type == ret.device.type == "meta"
+
+
+@pytest.mark.parametrize("requested,device,runs,noted", [
+    ("bf16", "cpu", "fp32", True), ("fp32", "cpu", "fp32", False), ("bf16", "cuda", "bf16", False),
+    ("tf32", "cuda", "tf32", False), ("fp32", "cuda", "fp32", False), ("fp16", "cuda", "bf16", True),
+    ("fp8", "cuda", "bf16", True)])
+def test_training_precision_for_the_workloads(requested, device, runs, noted):
+    from trainer.workers import run_precision
+
+    got, note = run_precision(requested, device)
+    assert got == runs
+    assert (note is not None) == noted and (note is None or requested in note)

@@ -1,0 +1,463 @@
+"""The trainer's training step on a CUDA GPU, measured, beside the performance model's prediction.
+
+`measure` (on a machine with a CUDA GPU; it imports only PyTorch, transformers and the trainer):
+- checks the trainer's CUDA path end to end with the tiny model: a step of GRPO, GRPO with a KL
+  reference and PPO (value head) under bf16 autocast, the colocated context switch (offload to host,
+  reload, the same weights after), the full-state gather, a checkpoint round trip, a weight-sync
+  bucket handed to another process as a CUDA IPC handle, and NCCL;
+- times `TrainWorker` steps (forward, the RL loss, backward, AdamW) of randomly initialised
+  Qwen2.5 architectures of the catalog at several sequence lengths, micro-batches, precisions and
+  recomputation, with the peak memory PyTorch's caching allocator reports (allocated and reserved).
+
+`compare` predicts every measured step with `mosearch predict`'s model (`predict_training`: the same
+GPU, layout, precision, eager element-wise kernels as the trainer runs Hugging Face's modules) and
+writes the table of predicted beside measured.
+
+    python -m mosearch.bench.gpu_train measure --out results/bench/gpu_train_h200.jsonl
+    python -m mosearch.bench.gpu_train compare results/bench/gpu_train_h200.jsonl --out results/bench/gpu_train.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+# (model, precision, seq_len, micro_batch, micro-batches per step, recompute): the step is one
+# optimizer update over micro_batch x micro-batches sequences of seq_len tokens (a quarter prompt)
+GRID = (
+    [("qwen2.5-0.5b", "bf16", s, mb, 2, rc) for s in (1024, 4096) for mb in (1, 4) for rc in (False, True)]
+    + [("qwen2.5-0.5b", p, 1024, 2, 2, False) for p in ("fp32", "tf32")]
+    + [("qwen2.5-1.5b", "bf16", s, mb, 2, rc) for s in (1024, 4096) for mb in (1, 4) for rc in (False, True)]
+    + [("qwen2.5-1.5b", p, 1024, 2, 2, False) for p in ("fp32", "tf32")]
+    + [("qwen2.5-3b", "bf16", s, mb, 2, rc) for s in (2048,) for mb in (1, 4) for rc in (False, True)]
+    + [("qwen2.5-3b", "bf16", 4096, 2, 2, True)]
+)
+# host-bound steps (few tokens): the per-micro-batch and per-step costs that do not scale with tokens
+PROBE_GRID = [(m, "bf16", 128, 1, n, rc) for m in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
+              for n in (1, 4) for rc in (False, True)] + [("qwen2.5-7b", "bf16", 2048, 1, 2, True)]
+# the loss head alone: tokens of bf16 logits over the Qwen2.5 vocabulary
+LOSS_HEAD_TOKENS = (2048, 8192, 16384)
+TIMED_STEPS = 3
+MODELS_YAML = Path(__file__).resolve().parents[2] / "problems" / "placement" / "data" / "models.yaml"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _batch(n: int, seq: int, vocab: int, seed: int):
+    import random
+
+    from trainer.batch import Sample
+
+    rnd = random.Random(seed)
+    p = seq // 4
+    return [Sample(i, [rnd.randrange(8, vocab) for _ in range(p)], [rnd.randrange(8, vocab) for _ in range(seq - p)],
+                   [-rnd.random() * 3 for _ in range(seq - p)], rnd.uniform(-1, 1), rnd.uniform(-1.5, 1.5), 0)
+            for i in range(n)]
+
+
+def build_model(name: str, path: Path) -> Path:
+    """A randomly initialised Qwen2 model of the catalog's architecture `name`, saved in bf16."""
+    import torch
+    import yaml
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    a = yaml.safe_load(MODELS_YAML.read_text())["models"][name]
+    cfg = Qwen2Config(vocab_size=a["vocab"], hidden_size=a["hidden"], intermediate_size=a["ffn"],
+                      num_hidden_layers=a["layers"], num_attention_heads=a["heads"], num_key_value_heads=a["kv_heads"],
+                      tie_word_embeddings=a["tied_embeddings"], max_position_embeddings=32768, rope_theta=1e6)
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path, safe_serialization=True)
+    del model
+    return path
+
+
+# -- the CUDA path, checked --------------------------------------------------------------------------
+def _ipc_child(blob: bytes, q) -> None:
+    import torch
+
+    from trainer import weight_sync as WS
+
+    flat = WS.open_handle(blob)
+    q.put((int(flat.numel()), int(flat.to(torch.int64).sum().item()), str(flat.device)))
+
+
+def check_path(workdir: Path) -> list[dict]:
+    """One row per check of the trainer's CUDA path: {check, ok, detail}."""
+    import torch
+    import torch.multiprocessing as mp
+
+    from trainer import weight_sync as WS
+    from trainer.models.tiny import build_tiny
+    from trainer.workers import TrainWorker
+
+    rows = []
+
+    def check(name, fn):
+        t0 = time.perf_counter()
+        try:
+            detail = fn()
+            rows.append({"check": name, "ok": True, "detail": detail, "s": time.perf_counter() - t0})
+        except Exception as e:  # a failed check is a result: it is reported, the others still run
+            rows.append({"check": name, "ok": False, "detail": f"{type(e).__name__}: {e}",
+                         "traceback": traceback.format_exc(), "s": time.perf_counter() - t0})
+        print(("ok   " if rows[-1]["ok"] else "FAIL ") + name + ": " + str(rows[-1]["detail"])[:300], flush=True)
+
+    tiny = build_tiny(workdir / "tiny")
+    batch = _batch(8, 24, 80, 1)
+
+    def step(algo):
+        def run():
+            w = TrainWorker(str(tiny), 0, 1, _port(), algo, 2, precision="bf16")
+            before = {k: v.detach().clone() for k, v in w.module.state_dict().items()}
+            outs = []
+            for _ in range(2):
+                w.accumulate(batch, len(batch), n_micro=2, last=True)
+                outs.append(w.apply())
+            moved = max(float((v - before[k]).abs().max()) for k, v in w.module.state_dict().items())
+            dev = {str(p.device) for p in w.module.parameters()}
+            assert all(torch.isfinite(torch.tensor(o["grad_norm"])) for o in outs), outs
+            assert moved > 0, "the weights did not change"
+            return {"device": sorted(dev), "grad_norm": [o["grad_norm"] for o in outs], "max_weight_change": moved,
+                    "train_gpu_gb": outs[-1].get("train_gpu_gb"), "precision": w.precision}
+        return run
+
+    check("step grpo bf16", step({"name": "grpo", "lr": 1e-3}))
+    check("step grpo+kl bf16", step({"name": "grpo", "lr": 1e-3, "kl_coef": 0.05}))
+    check("step ppo bf16 (value head)", step({"name": "ppo", "lr": 1e-3}))
+
+    def offload():
+        import gc
+
+        gc.collect()  # the earlier checks' workers: their device memory would blur the figures below
+        torch.cuda.empty_cache()
+        w = TrainWorker(str(tiny), 0, 1, _port(), {"name": "grpo", "lr": 1e-3}, 2, precision="bf16")
+        w.accumulate(batch, len(batch), n_micro=2, last=True)
+        w.apply()
+        torch.cuda.synchronize()
+        state = {k: v.detach().clone().cpu() for k, v in w.module.state_dict().items()}
+        moments = {(id(p), k): v.detach().clone().cpu() for p, st in w.opt.state.items() for k, v in st.items()
+                   if torch.is_tensor(v) and v.dim() > 0}
+        held = torch.cuda.memory_allocated()
+        t_off = w.offload()
+        after_off = torch.cuda.memory_allocated()
+        t_on = w.onload()
+        same_w = all(torch.equal(v.cpu(), state[k]) for k, v in w.module.state_dict().items())
+        same_m = all(torch.equal(w.opt.state[p][k].cpu(), moments[(id(p), k)]) for p in w.opt.state
+                     for k in w.opt.state[p] if (id(p), k) in moments)
+        on_gpu = {str(p.device) for p in w.module.parameters()}
+        w.accumulate(batch, len(batch), n_micro=2, last=True)
+        st = w.apply()
+        assert same_w and same_m, "weights or moments changed in the round trip"
+        assert after_off < held, "offload freed no device memory"
+        return {"allocated_before_mb": held / 2**20, "allocated_offloaded_mb": after_off / 2**20,
+                "offload_s": t_off, "onload_s": t_on, "weights_and_moments_identical": same_w and same_m,
+                "devices_after": sorted(on_gpu), "next_grad_norm": st["grad_norm"]}
+
+    check("colocated offload / onload", offload)
+
+    def gather_and_checkpoint():
+        w = TrainWorker(str(tiny), 0, 1, _port(), {"name": "grpo", "lr": 1e-3}, 2, precision="bf16")
+        w.accumulate(batch, len(batch), n_micro=2, last=True)
+        w.apply()
+        full = {k: v for b in w.iter_full_state(1 << 16) for k, v in b}
+        sd = w.module.state_dict()
+        assert set(full) >= set(sd) and all(torch.equal(full[k].cpu(), sd[k].cpu()) for k in sd), "gather differs"
+        path = str(workdir / "ckpt" / "state.pt")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        w.save(path)
+        saved = {k: v.detach().clone() for k, v in sd.items()}
+        with torch.no_grad():
+            for p in w.module.parameters():
+                p.add_(1.0)
+        w.load(path)
+        same = all(torch.equal(v, saved[k]) for k, v in w.module.state_dict().items())
+        assert same, "the checkpoint did not restore the weights"
+        return {"tensors": len(full), "restored": same}
+
+    check("full-state gather and checkpoint", gather_and_checkpoint)
+
+    def ipc():
+        b = WS.SharedBucket(torch.device("cuda", 0))
+        flat = b.alloc(3 << 20)
+        flat.copy_(torch.randint(0, 256, (flat.numel(),), dtype=torch.uint8, device=flat.device))
+        torch.cuda.synchronize()
+        want = int(flat.to(torch.int64).sum().item())
+        blob = bytes(b.handle().numpy().tobytes())
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=_ipc_child, args=(blob, q))
+        p.start()
+        n, got, dev = q.get(timeout=120)
+        p.join(60)
+        b.close()
+        assert (n, got) == (flat.numel(), want), (n, got, want)
+        return {"bytes": n, "checksum_match": True, "receiver_device": dev, "transport": "cuda_ipc"}
+
+    check("weight-sync bucket over CUDA IPC", ipc)
+
+    def nccl():
+        import torch.distributed as dist
+
+        store = torch.distributed.TCPStore("127.0.0.1", _port(), 1, True)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+        x = torch.ones(1 << 20, device="cuda")
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        v = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
+        dist.destroy_process_group()
+        return {"nccl": ".".join(map(str, v)) if isinstance(v, tuple) else str(v), "sum_ok": bool((x == 1).all())}
+
+    check("NCCL (one rank)", nccl)
+    return rows
+
+
+def loss_head(workdir: Path, vocab: int = 151936) -> list[dict]:
+    """Peak memory of the trainer's loss head per logit element: bf16 logits (as the lm_head gives them
+    under autocast) through `TrainWorker`'s log-probs, entropy and GRPO loss, and the backward to the
+    logits. `bytes_per_logit`: the peak allocated over the step, logits and their gradient included,
+    divided by tokens x vocabulary."""
+    import torch
+
+    from trainer.models.tiny import build_tiny
+    from trainer.workers import TrainWorker
+
+    w = TrainWorker(str(build_tiny(workdir / "tiny")), 0, 1, _port(), {"name": "grpo", "lr": 1e-3}, 1, precision="bf16")
+    rows = []
+    for n in LOSS_HEAD_TOKENS:
+        b = _batch(1, n + 1, 80, n)
+        t = w._tensors(b)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        logits = torch.randn(1, n + 1, vocab, device=w.device, dtype=torch.bfloat16, requires_grad=True)
+        logp, ent = w._token_logp(logits, t)
+        after_fwd = torch.cuda.memory_allocated() - base
+        fwd_peak = torch.cuda.max_memory_allocated() - base
+        loss, _ = w.objective.loss(logp, None, t, None)
+        loss.backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        el = (n + 1) * vocab
+        rows.append({"kind": "loss_head", "tokens": n + 1, "vocab": vocab, "bytes_per_logit": peak / el,
+                     "forward_peak_per_logit": fwd_peak / el, "held_after_forward_per_logit": after_fwd / el})
+        print(f"loss head {n + 1} tokens: peak {peak / el:.2f} B per logit (forward {fwd_peak / el:.2f}, "
+              f"held for backward {after_fwd / el:.2f})", flush=True)
+        del logits, logp, ent, loss, t
+    del w
+    torch.cuda.empty_cache()
+    return rows
+
+
+# -- step time and memory ---------------------------------------------------------------------------
+def _set(w, precision: str, recompute: bool) -> None:
+    """Switch a worker's precision and recomputation between measurements (as its __init__ sets them)."""
+    import torch
+
+    from trainer.workers import AUTOCAST
+
+    w.precision = precision
+    w.logits_dtype = AUTOCAST.get(precision, torch.float32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    if recompute:
+        w.module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        w.module.gradient_checkpointing_disable()
+
+
+def measure_steps(workdir: Path, grid, budget_s: float, out) -> list[dict]:
+    import torch
+
+    from trainer.workers import TrainWorker
+
+    t_start = time.perf_counter()
+    rows = []
+    by_model: dict[str, list] = {}
+    for g in grid:
+        by_model.setdefault(g[0], []).append(g)
+    for name, cases in by_model.items():
+        if time.perf_counter() - t_start > budget_s:
+            rows += [{"model": c[0], "precision": c[1], "seq_len": c[2], "micro_batch": c[3], "n_micro": c[4],
+                      "recompute": c[5], "status": "skipped (time budget)"} for c in cases]
+            continue
+        path = build_model(name, workdir / name)
+        torch.cuda.empty_cache()
+        w = TrainWorker(str(path), 0, 1, _port(), {"name": "grpo", "lr": 1e-6}, 1, precision="bf16")
+        vocab = w.vocab
+        params = sum(p.numel() for p in w.module.parameters())
+        attn = getattr(w.module.config, "_attn_implementation", None)
+        for (_, prec, seq, mb, n_micro, rc) in cases:
+            row = {"model": name, "params": params, "precision": prec, "seq_len": seq, "micro_batch": mb,
+                   "n_micro": n_micro, "recompute": rc, "attn_implementation": attn}
+            if time.perf_counter() - t_start > budget_s:
+                rows.append(row | {"status": "skipped (time budget)"})
+                print(json.dumps(rows[-1]), file=out, flush=True)
+                continue
+            _set(w, prec, rc)
+            batch = _batch(mb * n_micro, seq, vocab, seq + mb)
+            times = []
+            try:
+                w.accumulate(batch, len(batch), n_micro=n_micro, last=True)  # warm-up: kernels, AdamW moments
+                w.apply()
+                torch.cuda.synchronize()
+                states = torch.cuda.memory_allocated()  # weights + moments between steps (grads are freed)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                for _ in range(TIMED_STEPS):
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    w.accumulate(batch, len(batch), n_micro=n_micro, last=True)
+                    w.apply()
+                    torch.cuda.synchronize()
+                    times.append(time.perf_counter() - t0)
+                row |= {"status": "ok", "step_s": statistics.median(times), "step_s_all": times,
+                        "states_gb": states / 1e9, "allocated_gb": torch.cuda.max_memory_allocated() / 1e9,
+                        "reserved_gb": torch.cuda.max_memory_reserved() / 1e9,
+                        "tokens_s": mb * n_micro * seq / statistics.median(times)}
+            except torch.cuda.OutOfMemoryError as e:
+                w.opt.zero_grad(set_to_none=True)
+                for p in w.params:
+                    p.grad = None
+                row |= {"status": "out of memory", "detail": str(e).splitlines()[0][:300],
+                        "reserved_gb": torch.cuda.max_memory_reserved() / 1e9}
+            torch.cuda.empty_cache()
+            rows.append(row)
+            print(json.dumps(row), file=out, flush=True)
+            print(f"{name:13} {prec:5} seq {seq:5} mb {mb} x{n_micro} rc {int(rc)}: {row['status']:8} "
+                  + (f"{row['step_s']:.3f} s  alloc {row['allocated_gb']:.1f} GB  reserved {row['reserved_gb']:.1f} GB"
+                     if row["status"] == "ok" else ""), flush=True)
+        del w
+        torch.cuda.empty_cache()
+    return rows
+
+
+def measure(args) -> int:
+    import torch
+    import transformers
+
+    if not torch.cuda.is_available():
+        print("gpu_train measure: no CUDA device here", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu-train-"))
+    os.environ.setdefault("MOSEARCH_CACHE", str(work / "cache"))
+    head = {"kind": "machine", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9}
+    print(json.dumps(head), flush=True)
+    with open(out, "w") as f:
+        print(json.dumps(head), file=f, flush=True)
+        if not args.steps_only:
+            for r in check_path(work):
+                print(json.dumps({"kind": "check", **r}), file=f, flush=True)
+        if args.grid == "probe":
+            for r in loss_head(work):
+                print(json.dumps(r), file=f, flush=True)
+        measure_steps(work, GRID if args.grid == "main" else PROBE_GRID, args.budget_s, f)
+    return 0
+
+
+# -- predicted beside measured ----------------------------------------------------------------------
+def compare(args) -> int:
+    from mosearch.bench import publish
+    from problems.placement.predict import TrainingJob, predict_training
+
+    rows = [json.loads(x) for x in Path(args.file).read_text().splitlines() if x.strip()]
+    head = next(r for r in rows if r.get("kind") == "machine")
+    checks = [r for r in rows if r.get("kind") == "check"]
+    steps = [r for r in rows if "kind" not in r]
+    heads = [r for r in rows if r.get("kind") == "loss_head"]
+    gpu = args.gpu
+    lines = [f"# The trainer's step on {head['gpu']}, measured, beside the model's prediction", "",
+             f"PyTorch {head['torch']} (CUDA {head['cuda']}), transformers {head['transformers']}. Measured with "
+             f"`python -m mosearch.bench.gpu_train measure --out {args.file}`; this table: "
+             f"`python -m mosearch.bench.gpu_train compare {args.file} --out {args.out}`.", "",
+             "Each step is one `TrainWorker` update (forward, the GRPO loss, backward, AdamW) of a randomly "
+             "initialised model of the catalog's architecture on one GPU, over micro-batch x micro-batches "
+             "sequences; the time is the median of 3 steps after a warm-up step; the memory is PyTorch's "
+             "peak allocated and reserved over those steps. Predicted: `predict_training` for the same job "
+             f"on {gpu} (eager element-wise kernels, flash attention); the predicted memory is shown without "
+             "the model's runtime share (CUDA context and libraries, which PyTorch's counters do not see).", ""]
+    if checks:
+        lines += ["## The trainer's CUDA path", "", "| check | result | detail |", "| --- | --- | --- |"]
+        for c in checks:
+            d = c["detail"] if isinstance(c["detail"], str) else ", ".join(f"{k} {v}" for k, v in c["detail"].items())
+            lines.append(f"| {c['check']} | {'ok' if c['ok'] else 'FAILED'} | {d[:220]} |")
+        lines.append("")
+    lines += ["## Step time and peak memory", "",
+              "| model | prec | seq | mb x n | recompute | step s meas | pred | err | alloc GB meas | pred | err "
+              "| reserved GB meas | pred | err |", "| --- " * 14 + "|"]
+    errs = {"step": [], "alloc": [], "reserved": []}
+    for r in steps:
+        if r["status"] == "skipped (time budget)":
+            continue
+        job = TrainingJob(model=r["model"], gpu=gpu, precision=r["precision"], attention="flash",
+                          elementwise_kernels="eager", seq_len=r["seq_len"], global_batch=r["micro_batch"] * r["n_micro"],
+                          micro_batch=r["micro_batch"], recompute=r["recompute"])
+        p = predict_training(job)
+        m = p["memory_gb"]
+        pa, pr = m["allocated"] - m["runtime"], m["reserved"] - m["runtime"]
+        if r["status"] != "ok":
+            lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
+                         f"{'yes' if r['recompute'] else 'no'} | {r['status']} | {p['step_s']:.3f} | | | {pa:.1f} | | "
+                         f"{head['memory_gb']:.0f} usable | {pr:.1f} ({'fits' if p['fits'] else 'does not fit'}) | |")
+            continue
+        e = {"step": p["step_s"] / r["step_s"] - 1, "alloc": pa / r["allocated_gb"] - 1, "reserved": pr / r["reserved_gb"] - 1}
+        for k in errs:
+            errs[k].append(e[k])
+        lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
+                     f"{'yes' if r['recompute'] else 'no'} | {r['step_s']:.3f} | {p['step_s']:.3f} | {e['step']:+.0%} | "
+                     f"{r['allocated_gb']:.1f} | {pa:.1f} | {e['alloc']:+.0%} | {r['reserved_gb']:.1f} | {pr:.1f} | "
+                     f"{e['reserved']:+.0%} |")
+    lines.append("")
+    if heads:
+        lines += ["## The loss head alone", "",
+                  "bf16 logits through the trainer's log-probs, entropy and GRPO loss and back: peak allocated bytes "
+                  "per logit element (tokens x vocabulary), the logits and their gradient included.", "",
+                  "| tokens | vocab | peak B/logit | forward peak | held for backward |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {h['tokens']} | {h['vocab']} | {h['bytes_per_logit']:.2f} | {h['forward_peak_per_logit']:.2f} | "
+                  f"{h['held_after_forward_per_logit']:.2f} |" for h in heads]
+        lines.append("")
+    for k, v in errs.items():
+        if v:
+            a = sorted(abs(x) for x in v)
+            lines.append(f"- {k}: median |error| {statistics.median(a):.1%}, worst {max(v, key=abs):+.1%}, "
+                         f"{sum(x < 0 for x in v)} of {len(v)} predicted below the measurement")
+    publish(args.out, "\n".join(lines) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mosearch.bench.gpu_train", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="on a CUDA machine: check the trainer's CUDA path, time steps")
+    m.add_argument("--out", required=True, help="JSON-lines file of the measurements")
+    m.add_argument("--budget-s", type=float, default=330.0, help="start no new step measurement after this")
+    m.add_argument("--steps-only", action="store_true", help="skip the CUDA-path checks")
+    m.add_argument("--grid", choices=("main", "probe"), default="main",
+                   help="main: the steps compared with the model; probe: the loss head alone and host-bound steps")
+    c = sub.add_parser("compare", help="predicted beside measured, from a measure file")
+    c.add_argument("file")
+    c.add_argument("--gpu", default="H200", help="catalog GPU the measurement ran on")
+    c.add_argument("--out", default="results/bench/gpu_train.md")
+    args = ap.parse_args(argv)
+    return measure(args) if args.cmd == "measure" else compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
