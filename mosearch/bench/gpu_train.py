@@ -10,7 +10,8 @@
   recomputation, with the peak memory PyTorch's caching allocator reports (allocated and reserved).
 
 `compare` predicts every measured step with `mosearch predict`'s model (`predict_training`: the same
-GPU, layout, precision, eager element-wise kernels as the trainer runs Hugging Face's modules) and
+GPU, layout, precision, eager element-wise kernels and `amp_autocast`, as the trainer runs Hugging Face's
+modules) and
 writes the table of predicted beside measured.
 
     python -m mosearch.bench.gpu_train measure --out results/bench/gpu_train_h200.jsonl
@@ -391,7 +392,8 @@ def compare(args) -> int:
              "initialised model of the catalog's architecture on one GPU, over micro-batch x micro-batches "
              "sequences; the time is the median of 3 steps after a warm-up step; the memory is PyTorch's "
              "peak allocated and reserved over those steps. Predicted: `predict_training` for the same job "
-             f"on {gpu} (eager element-wise kernels, flash attention); the predicted memory is shown without "
+             f"on {gpu} (eager element-wise kernels, flash attention, `amp_autocast`: the trainer's autocast, AdamW "
+             "and loss); the predicted memory is shown without "
              "the model's runtime share (CUDA context and libraries, which PyTorch's counters do not see).", ""]
     if checks:
         lines += ["## The trainer's CUDA path", "", "| check | result | detail |", "| --- | --- | --- |"]
@@ -407,7 +409,8 @@ def compare(args) -> int:
         if r["status"] == "skipped (time budget)":
             continue
         job = TrainingJob(model=r["model"], gpu=gpu, precision=r["precision"], attention="flash",
-                          elementwise_kernels="eager", seq_len=r["seq_len"], global_batch=r["micro_batch"] * r["n_micro"],
+                          elementwise_kernels="eager", amp_autocast=True, seq_len=r["seq_len"],
+                          global_batch=r["micro_batch"] * r["n_micro"],
                           micro_batch=r["micro_batch"], recompute=r["recompute"])
         p = predict_training(job)
         m = p["memory_gb"]

@@ -37,6 +37,12 @@ ELEMENTWISE_KERNELS_HELP = (
     "apply_rope_fusion and bias_activation_fusion, as verl's Megatron workers run it); eager-activation: only the "
     "gated MLP's activation unfused (Megatron-core with apply_rope_fusion on, bias_activation_fusion off)")
 
+AMP_AUTOCAST_HELP = (
+    "the trainer runs Hugging Face modules under PyTorch autocast over fp32 weights, with PyTorch's AdamW and a "
+    "loss over the full vocabulary's fp32 log-softmax and entropy, as this project's trainer (and TRL) do: memory "
+    "counts what those keep (the autocast casts of the weights, the optimizer step's temporaries, the modules' "
+    "saved tensors, the loss's fp32 copies); false: as Megatron / DeepSpeed / FSDP frameworks with fused kernels")
+
 # -- sharding levels over the data-parallel group --------------------------------------------------
 SHARDINGS: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp")
 SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(len(SHARDINGS))

@@ -25,7 +25,8 @@ from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
-from problems.placement.names import ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP, SHARDINGS
+from problems.placement.names import (AMP_AUTOCAST_HELP, ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP,
+                                      SHARDINGS)
 from problems.placement.plan import Sharding
 from problems.specio import load_model
 
@@ -49,6 +50,7 @@ class TrainingJob(_Spec):
     precision: Precision = "bf16"
     attention: Literal["flash", "unfused"] = "flash"
     elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
+    amp_autocast: bool = Field(default=False, description=AMP_AUTOCAST_HELP)
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per data-parallel rank")
@@ -183,7 +185,7 @@ def _job_context(job: TrainingJob, where: str | None):
                         prompts_per_step=job.global_batch, samples_per_prompt=1, prompt_len=job.seq_len,
                         response_mean=0, response_max=0, max_staleness=0, precision=job.precision,
                         has_reference=False, has_critic=False, attention=job.attention,
-                        elementwise_kernels=job.elementwise_kernels)
+                        elementwise_kernels=job.elementwise_kernels, amp_autocast=job.amp_autocast)
     for gpu in job.efficiencies:
         if aliases.get(gpu.lower()) not in kinds:
             raise InputError(where, f"efficiencies.{gpu}", "not a GPU type of this job", ", ".join(kinds))
@@ -226,8 +228,8 @@ def _memory(ctx, f, tr) -> dict[str, float]:
     weights gathered by ZeRO-3 / FSDP, runtime, and the caching allocator's fragments; allocated and
     reserved (the figure an out-of-memory depends on: `model.memory`)."""
     from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, activation_bytes, gathered_bytes,
-                                                 params_sharded, state_bytes_per_param, stage_params,
-                                                 train_peak_bytes)
+                                                 hf_step_extras, params_sharded, state_bytes_per_param,
+                                                 stage_params, train_peak_bytes)
 
     w, g, o = state_bytes_per_param(ctx.bpe)
     tp, pp, dp, sh = f["tp"], f["pp"], np.maximum(tr["dp"], 1), f["sharding"]
@@ -241,11 +243,14 @@ def _memory(ctx, f, tr) -> dict[str, float]:
     gathered = gathered_bytes(ctx, tp, pp, dp, sh)[:, None]
     states = weights + grads + opt
     rec = (f["recompute"].astype(bool) | ctx.selective_op)[:, None]
-    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, rec, gathered)
+    casts, step = hf_step_extras(ctx, tp, pp, dp, sh, f["optimizer_offload"], f["recompute"])
+    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, rec, gathered,
+                                           (np.reshape(casts, (-1, 1)), np.reshape(step, (-1, 1))))
     j = int(np.argmax(reserved[0] / ctx.mem))  # the GPU type closest to running out
     gb = 1e-9
     return {"weights": float(weights[0]) * gb, "gradients": float(grads[0]) * gb, "optimizer": float(opt[0]) * gb,
             "activations": float(acts[0, j]) * gb, "gathered_weights": float(gathered[0, 0]) * gb,
+            "weight_casts": float(np.ravel(casts)[0]) * gb, "optimizer_step_temporaries": float(np.ravel(step)[0]) * gb,
             "runtime": float(ctx.eff["runtime_gb"][j]),
             "allocator_waste": float(reserved[0, j] - allocated[0, j]) * gb,
             "allocated": float(allocated[0, j]) * gb, "reserved": float(reserved[0, j]) * gb,
@@ -531,6 +536,8 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "
                      f"RMSNorm, RoPE and the MLP activation unfused); the plan assumed {wl.elementwise_kernels}")
         wl = dataclasses.replace(wl, elementwise_kernels=EAGER_KERNELS)
+    if lay.get("device") == "cuda" and not wl.amp_autocast:  # the trainer's autocast, AdamW and loss (memory)
+        wl = dataclasses.replace(wl, amp_autocast=True)
     ran = lay.get("precision")
     if ran and ran != wl.precision:
         notes.append(f"predicted in {ran}, the precision the training ranks ran (the workload names {wl.precision})")

@@ -26,7 +26,7 @@ from problems.placement.catalog import (
     nearest,
     with_prior,
 )
-from problems.placement.names import ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
+from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
 from problems.specio import load_model
 
 ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
@@ -339,6 +339,7 @@ class WorkloadSpec(_Spec):
                                      "unfused: scores computed and stored (Megatron's default before --use-flash-attn)")
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
     elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
+    amp_autocast: bool = Field(default=False, description=AMP_AUTOCAST_HELP)
     sequence_packing: bool = Field(default=False, description="training packs sequences without padding (verl "
                                                               "use_remove_padding, AReaL): micro-batches of mean length")
 
@@ -363,6 +364,7 @@ class Workload:
     response_sigma: float = DEFAULT_SIGMA
     sequence_packing: bool = False
     elementwise_kernels: str = "fused"
+    amp_autocast: bool = False
 
     @property
     def samples_per_step(self) -> int:
@@ -432,7 +434,7 @@ def load_workload(path: str | Path) -> Workload:
         max_staleness=spec.max_staleness, precision=spec.precision,
         has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
         response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
-        elementwise_kernels=spec.elementwise_kernels,
+        elementwise_kernels=spec.elementwise_kernels, amp_autocast=spec.amp_autocast,
     )
 
 

@@ -184,3 +184,16 @@ def test_async_emulation_shares_the_cores_by_the_steps_work(tmp_path, monkeypatc
         if share < 1:
             assert any(f"each at {share:.2g} of a device's speed (the cores shared by the step's work)" in n
                        for n in notes)
+
+
+def test_a_gpu_run_is_predicted_in_the_precision_and_memory_of_the_trainer(tmp_path):
+    """A CUDA run of the trainer: predicted with its Hugging Face modules' memory (autocast casts, AdamW's
+    temporaries, the loss's fp32 copies: `amp_autocast`) and in the precision its ranks ran, said in a note."""
+    _, _, path = _plan(tmp_path, "mixed-8.yaml", "qwen2.5-7b-grpo.yaml")
+    real = _ran(_summary(), device="cuda")
+    real["run"]["model"] = "qwen2.5-7b"
+    bf16, notes = predict_run(path, real)
+    assert not any(n.startswith("predicted in ") for n in notes)
+    tf32, notes = predict_run(path, dict(real, layout=dict(real["layout"], precision="tf32")))
+    assert "predicted in tf32, the precision the training ranks ran (the workload names bf16)" in notes
+    assert tf32["train_s"] > bf16["train_s"]  # TF32 tensor cores run at half the BF16 peak

@@ -15,6 +15,7 @@ from problems.placement.model.memory import (
     gathered_bytes,
     model_state_bytes,
     params_sharded,
+    hf_step_extras,
     train_peak_bytes,
 )
 from problems.placement.model.params import ModelContext, build_context
@@ -53,7 +54,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None],
                             f["recompute"][:, None], tr["micro_batches"])  # (N, P)
     gathered = gathered_bytes(ctx, tp, pp, dp, f["sharding"])[:, None]
-    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, f["recompute"][:, None], gathered)
+    extras = [np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, f["sharding"], f["optimizer_offload"],
+                                                              f["recompute"])]
+    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, f["recompute"][:, None], gathered, extras)
     rollout_peak = f["kv_mem_frac"][:, None] * ctx.mem
     shared = f["shared_gpus"] > 0
     peak = np.where(shared, np.maximum(reserved, rollout_peak),

@@ -40,6 +40,10 @@ from problems.placement.names import SHARD_FSDP, SHARD_NONE, SHARD_Z1, SHARD_Z2,
 # vLLM profiles activations with one batch of max_num_batched_tokens (chunked prefill budget);
 # 2048 is its long-standing default for chunked prefill (assumed)
 ENGINE_BATCHED_TOKENS = 2048
+# bytes per logit element an eager loss holds beyond the logits and their fp32 log-softmax: the entropy's
+# exp(log p) and its product with log p, both fp32 (trainer/workers.py `_token_logp`, verl's and TRL's
+# entropy from logits); measured as 14 bytes per bf16 logit in all on an H200 (results/bench/gpu_probe.md)
+HF_LOSS_HEAD_BYTES = 8.0
 # extra allocator waste (as a share of the dynamic memory allocated) with full recomputation and with
 # virtual pipeline stages: the two together take the base 0.30 to STWeaver's worst case of 43% of the
 # reserved dynamic memory wasted (1 / (1 - 0.43) = 1.754); split evenly (assumed: the paper names both)
@@ -124,6 +128,10 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         per_tok = (ctx.hidden + whole) / sp + (sharded + ctx.q_dim) / tp  # elements
         lse = ctx.heads / tp * 4  # fp32 log-sum-exp per head, bytes
         per_layer_kept = np.where(full_rec, per_layer_kept, s * mb * (per_tok * ctx.bpe + lse))
+    if hf_modules(ctx) and not ctx.selective_op:
+        per_layer_full = s * mb * hf_layer_bytes_per_token(ctx, tp)
+        # recomputation keeps each layer's input: the residual stream, fp32 under autocast and in fp32
+        per_layer_kept = np.where(full_rec, s * mb * ctx.hidden * 4.0, per_layer_full)
     n = np.maximum(n_micro, 1)
     if ctx.stage_layers is None:
         layers = np.ceil(ctx.layers / pp)
@@ -133,9 +141,47 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         kept = np.max(np.stack([ctx.stage_layers[i] * np.minimum(k - i, n) for i in range(k)]), axis=0)
     # recomputation materialises one layer's full activations in the backward
     acts = kept * per_layer_kept + np.where(full_rec | ctx.selective_op, per_layer_full, 0)
-    # logits of one micro-batch in the working precision plus fp32 for the softmax/loss
-    logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4)
+    # logits of one micro-batch in the working precision plus fp32 for the softmax/loss; an eager loss
+    # (module doc) also holds the log-softmax's fp32 input copy's successor and the entropy's two fp32
+    # temporaries: HF_LOSS_HEAD_BYTES more per logit
+    logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4 + (HF_LOSS_HEAD_BYTES if hf_modules(ctx) else 0.0))
     return acts + logits
+
+
+def hf_modules(ctx: ModelContext) -> bool:
+    """The trainer keeps what Hugging Face modules under PyTorch autocast, PyTorch's AdamW and an fp32
+    log-softmax + entropy loss keep (`amp_autocast`: this project's trainer, TRL; names.AMP_AUTOCAST_HELP)."""
+    return bool(ctx.amp_autocast)
+
+
+def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
+    """Bytes a Hugging Face decoder layer (Qwen2 / Llama: RMSNorm, RoPE, SDPA flash attention, SwiGLU)
+    saves for backward per token, counted from the tensors autograd saves (module doc): four fp32
+    tensors of the hidden size and a per-token fp32 scale from the two RMSNorms, the log-sum-exp per
+    head, and in the working precision the hidden-size inputs of the projections (five under bf16
+    autocast, which saves its casts; two in fp32), rotated q and attention's output, k and v, and four
+    tensors of the MLP width. TP splits the heads and the MLP width (no sequence parallelism)."""
+    e = float(ctx.bpe)
+    n_hidden = np.where(ctx.bpe < 4, 5.0, 2.0)
+    width = (2.0 * ctx.q_dim + 2.0 * ctx.kv_dim + 4.0 * ctx.ffn) / tp
+    return 16.0 * ctx.hidden + 4.0 + 4.0 + 4.0 * ctx.heads / tp + e * (n_hidden * ctx.hidden + width)
+
+
+def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute) -> tuple[np.ndarray, np.ndarray]:
+    """(during forward and backward, at the optimizer step) bytes per GPU that PyTorch's own mixed
+    precision and optimizer add to the model states with Hugging Face modules (`hf_modules`): bf16
+    autocast keeps its cast of every weight from forward to backward (not under full recomputation, where
+    each layer casts again when it is recomputed), and AdamW's default multi-tensor ("foreach") step
+    allocates one fp32 tensor per parameter it updates (the square root of the second moment). 0 for
+    fused kernels (Megatron, DeepSpeed: fused Adam, weights already in the working precision)."""
+    if not hf_modules(ctx):
+        return np.zeros(1), np.zeros(1)
+    psh = stage_params(ctx, pp) / tp
+    dpf = np.maximum(dp, 1).astype(float)
+    casts = np.where(np.asarray(recompute, dtype=bool) | (ctx.bpe >= 4), 0.0,
+                     psh * ctx.bpe / np.where(params_sharded(sharding), dpf, 1.0))
+    step = np.where(np.asarray(offload, dtype=bool), 0.0, psh * 4.0 / np.where(sharding == SHARD_NONE, 1.0, dpf))
+    return casts * (1.0 + ctx.has_critic), step * (1.0 + ctx.has_critic)
 
 
 def rollout_fixed_bytes(ctx: ModelContext, rtp, max_num_seqs) -> np.ndarray:
@@ -166,14 +212,17 @@ def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding) -> np.ndarray:
     return np.where(params_sharded(sharding) & (dpf > 1), held * w * (dpf - 1) / dpf * copies, 0.0)
 
 
-def train_peak_bytes(states, acts, ctx: ModelContext, recompute=0, gathered=0.0) -> tuple[np.ndarray, np.ndarray]:
+def train_peak_bytes(states, acts, ctx: ModelContext, recompute=0, gathered=0.0,
+                     extras=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
     """(allocated, reserved) peak per training GPU, runtime included: the caching allocator's fragments
     grow the dynamic part (activations, gathered weights) by `alloc_waste`, more with recomputation and
-    virtual pipelines (module doc)."""
+    virtual pipelines (module doc). `extras`: `hf_step_extras`, the weight casts held with the activations
+    and the optimizer step's temporaries (the peak is the larger of the two moments)."""
     runtime = ctx.eff["runtime_gb"] * 1e9
-    dynamic = acts + gathered
-    allocated = states + dynamic + runtime
+    casts, step = extras
+    dynamic = acts + gathered + casts
     waste = (ctx.eff["alloc_waste"] + ALLOC_WASTE_RECOMPUTE * np.asarray(recompute, dtype=float)
              + ALLOC_WASTE_INTERLEAVE * (ctx.interleave > 1))
-    reserved = states + dynamic * (1 + waste) + runtime
+    allocated = states + np.maximum(dynamic, step) + runtime
+    reserved = states + np.maximum(dynamic * (1 + waste), step) + runtime
     return allocated, reserved

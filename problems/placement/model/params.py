@@ -37,6 +37,15 @@ DEFAULTS = {
     # small-kernel inefficiency); the per-layer floor `c` mosearch/bench/model_validation.py fits from
     # measured layer times; 0 by default (catalog types with measured layers set it, see gpus.yaml)
     "layer_s": 0.0,
+    # host time per transformer layer and micro-batch of a forward and of a backward pass of Hugging Face
+    # layers run eagerly under bf16 autocast (`elementwise_kernels: eager`): the Python that launches each
+    # kernel; the GPU waits when it is the longer (model/training.py takes the larger per layer). Measured
+    # with this project's trainer on an H200 machine's host (16-core VM; transformers 5.17, PyTorch 2.11):
+    # steps of 128-token micro-batches of Qwen2.5-0.5B/1.5B/3B with 1 and 4 micro-batches, with and without
+    # recomputation (one more forward); 3.3-3.8 ms per layer and forward, 0.2-0.8 ms per backward
+    # (results/bench/gpu_probe.md). `mosearch profile` on the user's own host measures its own
+    "hf_layer_fwd_s": 3.6e-3,
+    "hf_layer_bwd_s": 0.5e-3,
     # fixed orchestration time per rollout call (engine call + driver round trip) and per training
     # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
     "rollout_call_s": 0.0,
@@ -93,7 +102,7 @@ HOST_MEMORY_KINDS = ("host-memory",)
 # overrides for CPU "devices" (the local cluster): small fixed runtime, no PCIe hop; their engine's host work
 # per sequence is in the per-sample cost the calibration fits from measured runs (rollout_sample_s)
 KIND_DEFAULTS = {"host-memory": {"runtime_gb": 0.5, "collective_latency_s": 50e-6, "p2p_latency_s": 50e-6,
-                                 "decode_seq_s": 0.0}}
+                                 "decode_seq_s": 0.0, "hf_layer_fwd_s": 0.0, "hf_layer_bwd_s": 0.0}}
 # `decode_layer_s` of an engine run eagerly (vLLM pull request 1440's measurement, see DEFAULTS): what a run
 # or a validation row whose engine has CUDA graphs off sets
 EAGER_DECODE_LAYER_S = 47e-6
@@ -187,6 +196,8 @@ class ModelContext:
     eager_norm: bool = False
     eager_rope: bool = False
     eager_act: bool = False
+    # the trainer runs HF modules under PyTorch autocast with PyTorch's AdamW (names.AMP_AUTOCAST_HELP)
+    amp_autocast: bool = False
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
@@ -281,4 +292,5 @@ def build_context(cluster: Cluster, workload: Workload,
         group=workload.samples_per_prompt,
         packing=workload.sequence_packing,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
+        amp_autocast=workload.amp_autocast,
     )
