@@ -15,6 +15,8 @@ modules) and
 writes the table of predicted beside measured.
 
     python -m mosearch.bench.gpu_train measure --out results/bench/gpu_train_h200.jsonl
+    python -m mosearch.bench.gpu_train measure --grid probe --out results/bench/gpu_probe_h200.jsonl
+    python -m mosearch.bench.gpu_train measure --grid holdout --steps-only --out results/bench/gpu_holdout_h200.jsonl
     python -m mosearch.bench.gpu_train compare results/bench/gpu_train_h200.jsonl --out results/bench/gpu_train.md
 """
 
@@ -44,6 +46,12 @@ GRID = (
 # host-bound steps (few tokens): the per-micro-batch and per-step costs that do not scale with tokens
 PROBE_GRID = [(m, "bf16", 128, 1, n, rc) for m in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
               for n in (1, 4) for rc in (False, True)] + [("qwen2.5-7b", "bf16", 2048, 1, 2, True)]
+# measured after the model took its figures from GRID and PROBE_GRID: configurations neither saw (another
+# model, longer and shorter sequences, more micro-batches, TF32 with recomputation)
+HOLDOUT_GRID = [("r1-distill-qwen-1.5b", "bf16", 2048, 2, 3, rc) for rc in (False, True)] + [
+    ("qwen2.5-0.5b", "bf16", 16384, 1, 2, True), ("qwen2.5-0.5b", "bf16", 8192, 2, 2, False),
+    ("qwen2.5-1.5b", "tf32", 2048, 1, 2, True), ("qwen2.5-1.5b", "bf16", 512, 8, 4, False),
+    ("qwen2.5-3b", "bf16", 8192, 1, 2, True), ("qwen2.5-3b", "bf16", 1024, 2, 4, False)]
 # the loss head alone: tokens of bf16 logits over the Qwen2.5 vocabulary
 LOSS_HEAD_TOKENS = (2048, 8192, 16384)
 TIMED_STEPS = 3
@@ -369,7 +377,7 @@ def measure(args) -> int:
         if args.grid == "probe":
             for r in loss_head(work):
                 print(json.dumps(r), file=f, flush=True)
-        measure_steps(work, GRID if args.grid == "main" else PROBE_GRID, args.budget_s, f)
+        measure_steps(work, {"main": GRID, "probe": PROBE_GRID, "holdout": HOLDOUT_GRID}[args.grid], args.budget_s, f)
     return 0
 
 
@@ -452,8 +460,9 @@ def main(argv=None) -> int:
     m.add_argument("--out", required=True, help="JSON-lines file of the measurements")
     m.add_argument("--budget-s", type=float, default=330.0, help="start no new step measurement after this")
     m.add_argument("--steps-only", action="store_true", help="skip the CUDA-path checks")
-    m.add_argument("--grid", choices=("main", "probe"), default="main",
-                   help="main: the steps compared with the model; probe: the loss head alone and host-bound steps")
+    m.add_argument("--grid", choices=("main", "probe", "holdout"), default="main",
+                   help="main: the steps compared with the model; probe: the loss head alone and host-bound steps; "
+                        "holdout: configurations measured after the model's changes")
     c = sub.add_parser("compare", help="predicted beside measured, from a measure file")
     c.add_argument("file")
     c.add_argument("--gpu", default="H200", help="catalog GPU the measurement ran on")
