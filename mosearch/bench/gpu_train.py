@@ -365,7 +365,7 @@ def measure(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-train-"))
     os.environ.setdefault("MOSEARCH_CACHE", str(work / "cache"))
-    head = {"kind": "machine", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    head = {"kind": "machine", "grid": args.grid, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "transformers": transformers.__version__,
             "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9}
     print(json.dumps(head), flush=True)
@@ -382,19 +382,46 @@ def measure(args) -> int:
 
 
 # -- predicted beside measured ----------------------------------------------------------------------
-def compare(args) -> int:
-    from mosearch.bench import publish
+def read(path) -> list[dict]:
+    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+
+
+def predicted(steps: list[dict], gpu: str = "H200"):
+    """(measured row, the model's `predict_training` of the same job) for each measured or failed step."""
     from problems.placement.predict import TrainingJob, predict_training
 
-    rows = [json.loads(x) for x in Path(args.file).read_text().splitlines() if x.strip()]
+    for r in steps:
+        if r.get("kind") or r["status"] == "skipped (time budget)":
+            continue
+        job = TrainingJob(model=r["model"], gpu=gpu, precision=r["precision"], attention="flash",
+                          elementwise_kernels="eager", amp_autocast=True, seq_len=r["seq_len"],
+                          global_batch=r["micro_batch"] * r["n_micro"], micro_batch=r["micro_batch"],
+                          recompute=r["recompute"])
+        yield r, predict_training(job)
+
+
+def errors(r: dict, p: dict) -> dict[str, float]:
+    """Predicted / measured - 1 of a measured step: time, and peak memory allocated and reserved (the
+    model's runtime share taken out: PyTorch's counters do not see the CUDA context and libraries)."""
+    m = p["memory_gb"]
+    return {"step": p["step_s"] / r["step_s"] - 1, "alloc": (m["allocated"] - m["runtime"]) / r["allocated_gb"] - 1,
+            "reserved": (m["reserved"] - m["runtime"]) / r["reserved_gb"] - 1}
+
+
+def compare(args) -> int:
+    from mosearch.bench import publish
+
+    rows = read(args.file)
     head = next(r for r in rows if r.get("kind") == "machine")
     checks = [r for r in rows if r.get("kind") == "check"]
     steps = [r for r in rows if "kind" not in r]
     heads = [r for r in rows if r.get("kind") == "loss_head"]
     gpu = args.gpu
+    grid = head.get("grid") or ("probe" if heads else "main")
+    grid = "" if grid == "main" else f" --grid {grid}" + (" --steps-only" if not checks else "")
     lines = [f"# The trainer's step on {head['gpu']}, measured, beside the model's prediction", "",
              f"PyTorch {head['torch']} (CUDA {head['cuda']}), transformers {head['transformers']}. Measured with "
-             f"`python -m mosearch.bench.gpu_train measure --out {args.file}`; this table: "
+             f"`python -m mosearch.bench.gpu_train measure{grid} --out {args.file}`; this table: "
              f"`python -m mosearch.bench.gpu_train compare {args.file} --out {args.out}`.", "",
              "Each step is one `TrainWorker` update (forward, the GRPO loss, backward, AdamW) of a randomly "
              "initialised model of the catalog's architecture on one GPU, over micro-batch x micro-batches "
@@ -413,14 +440,7 @@ def compare(args) -> int:
               "| model | prec | seq | mb x n | recompute | step s meas | pred | err | alloc GB meas | pred | err "
               "| reserved GB meas | pred | err |", "| --- " * 14 + "|"]
     errs = {"step": [], "alloc": [], "reserved": []}
-    for r in steps:
-        if r["status"] == "skipped (time budget)":
-            continue
-        job = TrainingJob(model=r["model"], gpu=gpu, precision=r["precision"], attention="flash",
-                          elementwise_kernels="eager", amp_autocast=True, seq_len=r["seq_len"],
-                          global_batch=r["micro_batch"] * r["n_micro"],
-                          micro_batch=r["micro_batch"], recompute=r["recompute"])
-        p = predict_training(job)
+    for r, p in predicted(steps, gpu):
         m = p["memory_gb"]
         pa, pr = m["allocated"] - m["runtime"], m["reserved"] - m["runtime"]
         if r["status"] != "ok":
@@ -428,7 +448,7 @@ def compare(args) -> int:
                          f"{'yes' if r['recompute'] else 'no'} | {r['status']} | {p['step_s']:.3f} | | | {pa:.1f} | | "
                          f"{head['memory_gb']:.0f} usable | {pr:.1f} ({'fits' if p['fits'] else 'does not fit'}) | |")
             continue
-        e = {"step": p["step_s"] / r["step_s"] - 1, "alloc": pa / r["allocated_gb"] - 1, "reserved": pr / r["reserved_gb"] - 1}
+        e = errors(r, p)
         for k in errs:
             errs[k].append(e[k])
         lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "

@@ -186,6 +186,20 @@ def _pair_rows(pair_rows: list[tuple]) -> list[str]:
     return lines
 
 
+# TrainWorker steps measured on an H200 (mosearch/bench/gpu_train.py); the holdout file when one was measured
+GPU_TRAIN_FILES = [Path(__file__).resolve().parents[2] / "results" / "bench" / f"gpu_{g}_h200.jsonl"
+                   for g in ("train", "probe", "holdout")]
+
+
+def trainer_on_gpu() -> dict[str, list[float]] | None:
+    """Errors of the model on this project's trainer's measured GPU steps (step, alloc, reserved)."""
+    from mosearch.bench import gpu_train as GT
+
+    rows = [r for f in GPU_TRAIN_FILES if f.exists() for r in GT.read(f)]
+    errs = [GT.errors(r, p) for r, p in GT.predicted(rows) if r["status"] == "ok"]
+    return {k: [e[k] for e in errs] for k in ("step", "alloc", "reserved")} if errs else None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "rl_validation.md"))
@@ -236,6 +250,16 @@ def main(argv=None) -> int:
             TARGETS["memory_median"]),
            (f"peak memory, median abs. error vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
             TARGETS["memory_median"])]
+    trainer = trainer_on_gpu()
+    if trainer:
+        n = len(trainer["step"])
+        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train; the probe's "
+                 "12 set the host time per layer)",
+                 np.median(np.abs(trainer["step"])), TARGETS["train_median"]),
+                (f"this project's trainer on an H200, peak memory vs allocated ({n} steps)",
+                 np.median(np.abs(trainer["alloc"])), TARGETS["memory_median"]),
+                (f"this project's trainer on an H200, peak memory vs reserved ({n} steps)",
+                 np.median(np.abs(trainer["reserved"])), TARGETS["memory_median"])]
     lines = ["# Validation on published RL runs, vLLM generation and paired configurations", "",
              "Made by `python -m mosearch.bench.rl_validation`. Data: `benchmarks/data/rl_published.csv`, "
              "`benchmarks/data/vllm_published.csv` (document, table and address per row). Predicted by the planner's "
