@@ -32,7 +32,8 @@ def layout_lines(plan: Plan, ctx: ExportContext) -> list[str]:
     lines, base = [], 0
     for rank, n in enumerate(L.nodes(plan, ctx)):
         roles = ", ".join(f"{r} {c}" for r, c in Counter(n.roles).items())
-        lines.append(f"node {rank}: {n.pool}, GPUs {base}-{base + n.size - 1}: {roles}"
+        gpus = f"GPU {base}" if n.size == 1 else f"GPUs {base}-{base + n.size - 1}"
+        lines.append(f"node {rank}: {n.pool}, {gpus}: {roles}"
                      + (f", idle {n.size - len(n.roles)}" if len(n.roles) < n.size else ""))
         base += n.size
     return lines

@@ -42,6 +42,7 @@ class Shape:
     max_num_seqs: int
     warnings: tuple[str, ...] = ()
     elementwise_kernels: str | None = None  # what the config's training runs; None: it does not say
+    node_gpus: tuple[str, int] | None = None  # (the key, GPUs per node) the config asks nodes for; None: unsaid
 
     @property
     def train_gpus(self) -> int:
@@ -204,7 +205,9 @@ def read_verl(cfg: dict, file: str) -> Shape:
                  sharding=sharding, micro_batch=micro, recompute=recompute, optimizer_offload=offload,
                  kv_mem_frac=float(_get(arr, "rollout.gpu_memory_utilization", 0.5)),
                  max_num_seqs=_int(cfg, "actor_rollout_ref.rollout.max_num_seqs", 256, file),
-                 warnings=tuple(warn), elementwise_kernels=kernels)
+                 warnings=tuple(warn), elementwise_kernels=kernels,
+                 node_gpus=("trainer.n_gpus_per_node", t_gpn) if _get(cfg, "trainer.n_gpus_per_node") is not None
+                 else None)
 
 
 # -------------------------------------------------------------------------------------------- AReaL
@@ -298,6 +301,8 @@ def read_areal(cfg: dict, file: str) -> Shape:
                  kv_mem_frac=float(_get(cfg, kv_key, 0.9)),
                  max_num_seqs=_int(cfg, "vllm.max_num_seqs", 256, file),  # vLLMConfig default 256
                  warnings=tuple(warn),
+                 node_gpus=("cluster.n_gpus_per_node", _int(cfg, "cluster.n_gpus_per_node", 8, file))
+                 if _get(cfg, "cluster.n_gpus_per_node") is not None else None,
                  # the FSDP engine runs Hugging Face's eager modules (no switch); the Megatron engine's
                  # fusions are set by its model bridge, not the config
                  elementwise_kernels="eager" if ab == "fsdp" else None)
@@ -305,7 +310,7 @@ def read_areal(cfg: dict, file: str) -> Shape:
 
 # ------------------------------------------------------------------------------------- export header
 
-_NODE = re.compile(r"^#\s+node (\d+): (\S+), GPUs \d+-\d+: (.*)$")
+_NODE = re.compile(r"^#\s+node (\d+): (\S+), GPUs? \d+(?:-\d+)?: (.*)$")
 
 
 def layout_from_header(text: str) -> dict[str, dict[str, int]] | None:

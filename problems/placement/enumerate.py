@@ -110,7 +110,6 @@ def _free_axes(problem: PlacementProblem, mode: int, kv_grid, reduced: bool) -> 
 
     Read off the repair itself (each axis swept alone on a plan of that mode), so the count
     follows the encoding; the rules then drop values in the reduced space."""
-    lay = problem.layout
     axes = []
     for name in FREE_NAMES:
         vals = list(kv_grid) if name == "kv_mem_frac" else _repaired_values(problem, mode, name)

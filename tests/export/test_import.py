@@ -233,3 +233,24 @@ def test_bad_config_is_one_line(tmp_path, capsys):
                  "--workload", str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"mosearch: {bad}: rollout.backend: cannot read 'vllm:d2x4' (an AReaL backend string such as vllm:d2t4 or fsdp:d4t1)"
+
+
+def test_a_one_gpu_node_is_named_as_one_gpu_and_read_back():
+    """The header names a node of one GPU `GPU 3` (not `GPUs 3-3`), and the import reads it as one GPU."""
+    from mosearch.export.read import layout_from_header
+
+    header = "# node 0: L4@eu, GPUs 0-1: rollout 2\n# node 1: H100@us, GPU 2: train 1\n"
+    assert layout_from_header(header) == {"L4@eu": {"rollout_gpus": 2, "train_gpus": 0, "shared_gpus": 0},
+                                          "H100@us": {"rollout_gpus": 0, "train_gpus": 1, "shared_gpus": 0}}
+
+
+@pytest.mark.parametrize("source,key", [("verl", "trainer.n_gpus_per_node"), ("areal", "cluster.n_gpus_per_node")])
+def test_more_gpus_per_node_than_the_clusters_nodes_hold_is_one_line(tmp_path, capsys, source, key):
+    cfg = tmp_path / "big-nodes.yaml"
+    cfg.write_text("rollout: {backend: 'vllm:d2t4'}\nactor: {backend: 'fsdp:d8'}\ncluster: {n_gpus_per_node: 16}\n"
+                   if source == "areal" else "trainer: {n_gpus_per_node: 16, nnodes: 1}\n"
+                   "actor_rollout_ref: {actor: {ppo_micro_batch_size_per_gpu: 2}}\n")
+    assert main(["import", "--from", source, str(cfg), "--cluster", str(H100),
+                 "--workload", str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"mosearch: {cfg}: {key}: 16 GPUs per node, but the nodes of cluster") and "\n" not in err

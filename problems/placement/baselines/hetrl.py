@@ -24,8 +24,6 @@ from problems.placement.problem import PlacementProblem
 DEFAULT_EVALS = 20_000
 ARMS = 64
 LEVEL2 = ("train_tp_idx", "train_pp_idx", "sharding")  # plus the rollout TP columns
-LEVEL3 = ("log2_micro_batch", "log2_pipeline_chunks", "log2_max_num_seqs", "kv_mem_frac", "recompute",
-          "optimizer_offload", "staleness_bound")
 
 
 def _assignments(prob: PlacementProblem, n: int, budget: float | None, rng) -> np.ndarray:
@@ -55,7 +53,7 @@ def plan(problem: PlacementProblem, budget_usd_h: float | None = None, evals: in
     arms = _assignments(prob, min(ARMS, max(2, total // 16)), budget_usd_h, rng)
     rounds = int(np.ceil(np.log2(len(arms)))) + 1
     l2 = list(range(2 * P, 3 * P)) + [lay.g(n) for n in LEVEL2]
-    l3 = [lay.g(n) for n in LEVEL3]
+    # level 3 is every other column: random_plans draws it anew for each evaluation
     a_cols = list(range(2 * P)) + [lay.g("mode")]
     best_x = [None] * len(arms)  # each arm's best vector so far
     best_key = np.full(len(arms), -np.inf)
