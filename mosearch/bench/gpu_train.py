@@ -365,7 +365,10 @@ def measure(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-train-"))
     os.environ.setdefault("MOSEARCH_CACHE", str(work / "cache"))
-    head = {"kind": "machine", "grid": args.grid, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    from trainer.workers import LOSS_CHUNK_LOGITS
+
+    head = {"kind": "machine", "grid": args.grid, "loss_chunk_logits": LOSS_CHUNK_LOGITS,
+            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "transformers": transformers.__version__,
             "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9}
     print(json.dumps(head), flush=True)
@@ -386,17 +389,25 @@ def read(path) -> list[dict]:
     return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
 
 
+# the trainer took the loss over all positions at once before it chunked them (files without
+# `loss_chunk_logits`): 8 bytes more per logit, as the probe's loss head measured (model/params.py)
+UNCHUNKED_LOSS = {"loss_head_bytes": 8.0}
+
+
 def predicted(steps: list[dict], gpu: str = "H200"):
-    """(measured row, the model's `predict_training` of the same job) for each measured or failed step."""
+    """(measured row, the model's `predict_training` of the same job) for each measured or failed step, with
+    the loss head of the trainer that ran (`UNCHUNKED_LOSS` for the files measured before it chunked)."""
     from problems.placement.predict import TrainingJob, predict_training
 
+    head = next((r for r in steps if r.get("kind") == "machine"), {})
+    eff = {} if "loss_chunk_logits" in head else {gpu: UNCHUNKED_LOSS}
     for r in steps:
         if r.get("kind") or r["status"] == "skipped (time budget)":
             continue
         job = TrainingJob(model=r["model"], gpu=gpu, precision=r["precision"], attention="flash",
                           elementwise_kernels="eager", amp_autocast=True, seq_len=r["seq_len"],
                           global_batch=r["micro_batch"] * r["n_micro"], micro_batch=r["micro_batch"],
-                          recompute=r["recompute"])
+                          recompute=r["recompute"], efficiencies=eff)
         yield r, predict_training(job)
 
 
@@ -439,8 +450,11 @@ def compare(args) -> int:
     lines += ["## Step time and peak memory", "",
               "| model | prec | seq | mb x n | recompute | step s meas | pred | err | alloc GB meas | pred | err "
               "| reserved GB meas | pred | err |", "| --- " * 14 + "|"]
+    if "loss_chunk_logits" not in head:
+        lines += ["Measured with the trainer before its loss took the log-softmax a chunk of positions at a time: "
+                  f"predicted with that loss (`loss_head_bytes` {UNCHUNKED_LOSS['loss_head_bytes']:g}).", ""]
     errs = {"step": [], "alloc": [], "reserved": []}
-    for r, p in predicted(steps, gpu):
+    for r, p in predicted([head, *steps], gpu):
         m = p["memory_gb"]
         pa, pr = m["allocated"] - m["runtime"], m["reserved"] - m["runtime"]
         if r["status"] != "ok":

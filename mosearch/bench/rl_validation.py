@@ -195,8 +195,8 @@ def trainer_on_gpu() -> dict[str, list[float]] | None:
     """Errors of the model on this project's trainer's measured GPU steps (step, alloc, reserved)."""
     from mosearch.bench import gpu_train as GT
 
-    rows = [r for f in GPU_TRAIN_FILES if f.exists() for r in GT.read(f)]
-    errs = [GT.errors(r, p) for r, p in GT.predicted(rows) if r["status"] == "ok"]
+    errs = [GT.errors(r, p) for f in GPU_TRAIN_FILES if f.exists() for r, p in GT.predicted(GT.read(f))
+            if r["status"] == "ok"]
     return {k: [e[k] for e in errs] for k in ("step", "alloc", "reserved")} if errs else None
 
 

@@ -40,10 +40,6 @@ from problems.placement.names import SHARD_FSDP, SHARD_NONE, SHARD_Z1, SHARD_Z2,
 # vLLM profiles activations with one batch of max_num_batched_tokens (chunked prefill budget);
 # 2048 is its long-standing default for chunked prefill (assumed)
 ENGINE_BATCHED_TOKENS = 2048
-# bytes per logit element an eager loss holds beyond the logits and their fp32 log-softmax: the entropy's
-# exp(log p) and its product with log p, both fp32 (trainer/workers.py `_token_logp`, verl's and TRL's
-# entropy from logits); measured as 14 bytes per bf16 logit in all on an H200 (results/bench/gpu_probe.md)
-HF_LOSS_HEAD_BYTES = 8.0
 # extra allocator waste (as a share of the dynamic memory allocated) with full recomputation and with
 # virtual pipeline stages: the two together take the base 0.30 to STWeaver's worst case of 43% of the
 # reserved dynamic memory wasted (1 / (1 - 0.43) = 1.754); split evenly (assumed: the paper names both)
@@ -141,10 +137,9 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         kept = np.max(np.stack([ctx.stage_layers[i] * np.minimum(k - i, n) for i in range(k)]), axis=0)
     # recomputation materialises one layer's full activations in the backward
     acts = kept * per_layer_kept + np.where(full_rec | ctx.selective_op, per_layer_full, 0)
-    # logits of one micro-batch in the working precision plus fp32 for the softmax/loss; an eager loss
-    # (module doc) also holds the log-softmax's fp32 input copy's successor and the entropy's two fp32
-    # temporaries: HF_LOSS_HEAD_BYTES more per logit
-    logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4 + (HF_LOSS_HEAD_BYTES if hf_modules(ctx) else 0.0))
+    # logits of one micro-batch in the working precision plus fp32 for the softmax/loss, and what a loss
+    # computed over all positions at once keeps beyond that (`loss_head_bytes`, model/params.py)
+    logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4 + ctx.eff["loss_head_bytes"])
     return acts + logits
 
 

@@ -46,6 +46,12 @@ DEFAULTS = {
     # (results/bench/gpu_probe.md). `mosearch profile` on the user's own host measures its own
     "hf_layer_fwd_s": 3.6e-3,
     "hf_layer_bwd_s": 0.5e-3,
+    # bytes per logit a training loss keeps beyond the logits and their fp32 log-softmax. 0: the log-softmax
+    # and the entropy taken a chunk of positions at a time (this project's trainer, `_token_logp`; 6.1-6.8
+    # bytes per bf16 logit in all, measured on the CPU with PyTorch's profiler). 8: both over all positions at
+    # once (the entropy's fp32 exp and product): 14.00 bytes per bf16 logit on an H200, 13.99 by the same
+    # CPU measurement (results/bench/gpu_probe.md, the trainer before it chunked)
+    "loss_head_bytes": 0.0,
     # fixed orchestration time per rollout call (engine call + driver round trip) and per training
     # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
     "rollout_call_s": 0.0,
