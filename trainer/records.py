@@ -126,7 +126,7 @@ class Records:
                 "response_tokens_max": max(r.get("response_max", 0) for r in steady),
                 "rollout_gen_s": float(np.mean([r["busy"].get("rollout_gen_wall_s", 0.0) for r in steady])),
             }
-            for key in ("train_gpu_gb", "train_rss_gb"):
+            for key in ("train_gpu_gb", "train_gpu_reserved_gb", "train_rss_gb"):
                 seen = [r["memory"][key] for r in steady if key in r["memory"]]
                 if seen:
                     measured[f"peak_{key}"] = max(seen)

@@ -370,8 +370,9 @@ class TrainWorker(WorkerState):
         return [dict(zip(keys, v.tolist()))]
 
     def memory(self) -> dict:
-        if self.device.type == "cuda":
-            return {"train_gpu_gb": torch.cuda.max_memory_allocated() / 2**30, "train_rss_gb": rss_gb()}
+        if self.device.type == "cuda":  # GB (1e9), as the model counts: PyTorch's peaks, allocated and reserved
+            return {"train_gpu_gb": torch.cuda.max_memory_allocated() / 1e9,
+                    "train_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9, "train_rss_gb": rss_gb()}
         return {"train_rss_gb": rss_gb()}
 
     def shutdown(self) -> None:

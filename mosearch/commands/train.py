@@ -217,8 +217,13 @@ def comparison_table(summary: dict, predicted: dict, extra: list[tuple] = ()) ->
         swap = {"rollout_s": ("rollout_s (generation)", meas.get("rollout_gen_s")),
                 "sync_s": ("sync_s (gather+send+load)", sum(sync) if None not in sync else None)}
         rows = [(swap[r[0]][0], r[1], swap[r[0]][1]) if r[0] in swap else r for r in rows]
-    if "peak_train_gpu_gb" in meas:
-        rows.append(("train_peak_gb (allocated)", predicted.get("train_allocated_gb"), meas["peak_train_gpu_gb"]))
+    if "peak_train_gpu_gb" in meas:  # PyTorch's counters: the model's peaks without the CUDA context's share
+        def less(k):
+            return None if predicted.get(k) is None else predicted[k] - predicted.get("train_runtime_gb", 0.0)
+
+        rows.append(("train_peak_gb (allocated)", less("train_allocated_gb"), meas["peak_train_gpu_gb"]))
+        if "peak_train_gpu_reserved_gb" in meas:
+            rows.append(("train_peak_gb (reserved)", less("train_reserved_gb"), meas["peak_train_gpu_reserved_gb"]))
     elif "peak_train_rss_gb" in meas:
         rows.append(("train_peak_gb (RSS)", predicted.get("peak_mem_gb_train"), meas["peak_train_rss_gb"]))
     rows += list(extra)

@@ -423,6 +423,10 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     # as its engines' generation rate, unlike decode_tokens_s (the engines' steady decode rate)
     out["generated_tokens_s"] = wl.samples_per_step * wl.response_mean / out["rollout_s"]
     out["fits"] = bool(out["peak_mem_frac"] <= 1.0 and out["kv_shortfall"] <= 0.0)
+    # the CUDA context and libraries in the training peaks (PyTorch's own counters do not see them)
+    train = {p.pool for p in plan.pools if p.train_gpus + p.shared_gpus}
+    out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(cl.pools)
+                                         if q.id in train), default=0.0))
     out["assumptions"] = prior_notes(cl) + engine_notes(prob.ctx, cl)
     return out
 

@@ -197,3 +197,15 @@ def test_a_gpu_run_is_predicted_in_the_precision_and_memory_of_the_trainer(tmp_p
     tf32, notes = predict_run(path, dict(real, layout=dict(real["layout"], precision="tf32")))
     assert "predicted in tf32, the precision the training ranks ran (the workload names bf16)" in notes
     assert tf32["train_s"] > bf16["train_s"]  # TF32 tensor cores run at half the BF16 peak
+
+
+def test_a_gpu_runs_memory_is_compared_as_pytorchs_counters_see_it():
+    """PyTorch's peaks (allocated, reserved) leave out the CUDA context and libraries: the model's figures are
+    set beside them without its runtime share."""
+    from mosearch.commands.train import comparison_table
+
+    summary = {"measured": {"peak_train_gpu_gb": 30.0, "peak_train_gpu_reserved_gb": 33.0}}
+    predicted = {"train_allocated_gb": 32.0, "train_reserved_gb": 35.3, "train_runtime_gb": 2.0}
+    rows = {r[0]: r[1:] for r in comparison_table(summary, predicted)}
+    assert rows["train_peak_gb (allocated)"] == ("30", "30", "+0%")
+    assert rows["train_peak_gb (reserved)"] == ("33.3", "33", "+1%")
