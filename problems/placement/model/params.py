@@ -43,7 +43,8 @@ DEFAULTS = {
     # with this project's trainer on an H200 machine's host (16-core VM; transformers 5.17, PyTorch 2.11):
     # steps of 128-token micro-batches of Qwen2.5-0.5B/1.5B/3B with 1 and 4 micro-batches, with and without
     # recomputation (one more forward); 3.3-3.8 ms per layer and forward, 0.2-0.8 ms per backward
-    # (results/bench/gpu_probe.md). `mosearch profile` on the user's own host measures its own
+    # (results/bench/gpu_probe.md). Another host's CPU launches at its own speed: a job's `efficiencies` can
+    # give its figures per GPU type
     "hf_layer_fwd_s": 3.6e-3,
     "hf_layer_bwd_s": 0.5e-3,
     # bytes per logit a training loss keeps beyond the logits and their fp32 log-softmax. 0: the log-softmax
