@@ -336,6 +336,7 @@ def prior_notes(cluster: Cluster) -> list[str]:
 
 
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[str]:
+    host_f, host_b = float(ctx.eff["hf_layer_fwd_s"].max()), float(ctx.eff["hf_layer_bwd_s"].max())
     out = [f"precision {precision}: {PRECISION_BYTES[precision]} bytes per element; {PRECISION_MEANING[precision]}; "
            f"peak {', '.join(f'{p.gpu.name} {p.gpu.peak(precision):g}' for p in cluster.pools)} TFLOP/s",
            f"attention {attention}" + (" (no score matrix, causal half of the keys)" if ctx.flash
@@ -358,6 +359,12 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
            + ", gradients reduce-scattered, each micro-batch; prefetching hides what the micro-batch's compute covers",
            "memory: allocated, and reserved (allocated + the caching allocator's fragments of the dynamic memory, "
            "more with recomputation and virtual pipelines): an out-of-memory follows the reserved figure",
+           *(["amp_autocast: memory as Hugging Face modules under PyTorch autocast keep it (their saved tensors per "
+              "layer, the bf16 casts of the weights until backward), with AdamW's foreach temporaries at the "
+              "optimizer step"] if ctx.amp_autocast else []),
+           *([f"eager layers wait on the host that launches their kernels: at least {host_f * 1e3:.1f} ms per layer "
+              f"and forward, {host_b * 1e3:.1f} ms per backward (measured on an H200 machine's host)"]
+             if ctx.eager_norm and ctx.eager_rope and ctx.eager_act and host_f > 0 else []),
            *prior_notes(cluster)]
     for i, p in enumerate(cluster.pools):
         e = {k: float(v[i]) for k, v in ctx.eff.items()}
