@@ -16,6 +16,7 @@ writes the table of predicted beside measured.
 
     python -m mosearch.bench.gpu_train measure --out results/bench/gpu_train_h200.jsonl
     python -m mosearch.bench.gpu_train measure --grid probe --out results/bench/gpu_probe_h200.jsonl
+    python -m mosearch.bench.gpu_train predict --grid holdout --out results/bench/gpu_holdout_predicted.md
     python -m mosearch.bench.gpu_train measure --grid holdout --steps-only --out results/bench/gpu_holdout_h200.jsonl
     python -m mosearch.bench.gpu_train compare results/bench/gpu_train_h200.jsonl --out results/bench/gpu_train.md
 """
@@ -487,6 +488,28 @@ def compare(args) -> int:
     return 0
 
 
+def predict_grid(args) -> int:
+    """The model's figures for a grid before it is measured (committed first, so the measurement checks
+    predictions made without it)."""
+    from mosearch.bench import publish
+
+    rows = [{"model": m, "precision": p, "seq_len": s, "micro_batch": mb, "n_micro": n, "recompute": rc, "status": "ok"}
+            for m, p, s, mb, n, rc in {"main": GRID, "probe": PROBE_GRID, "holdout": HOLDOUT_GRID}[args.grid]]
+    head = {"kind": "machine", "loss_chunk_logits": 1}  # predicted for the trainer as it is now
+    lines = [f"# The model's figures for the {args.grid} grid on {args.gpu}, before it is measured", "",
+             f"Made by `python -m mosearch.bench.gpu_train predict --grid {args.grid} --out {args.out}`; the "
+             "memory without the model's runtime share, as PyTorch's counters see it.", "",
+             "| model | prec | seq | mb x n | recompute | step s | allocated GB | reserved GB | fits |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r, p in predicted([head, *rows], args.gpu):
+        m = p["memory_gb"]
+        lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
+                     f"{'yes' if r['recompute'] else 'no'} | {p['step_s']:.3f} | {m['allocated'] - m['runtime']:.1f} | "
+                     f"{m['reserved'] - m['runtime']:.1f} | {'yes' if p['fits'] else 'no'} |")
+    publish(args.out, "\n".join(lines) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mosearch.bench.gpu_train", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -501,8 +524,12 @@ def main(argv=None) -> int:
     c.add_argument("file")
     c.add_argument("--gpu", default="H200", help="catalog GPU the measurement ran on")
     c.add_argument("--out", default="results/bench/gpu_train.md")
+    q = sub.add_parser("predict", help="the model's figures for a grid, before it is measured")
+    q.add_argument("--grid", choices=("main", "probe", "holdout"), default="holdout")
+    q.add_argument("--gpu", default="H200")
+    q.add_argument("--out", default="results/bench/gpu_holdout_predicted.md")
     args = ap.parse_args(argv)
-    return measure(args) if args.cmd == "measure" else compare(args)
+    return {"measure": measure, "compare": compare, "predict": predict_grid}[args.cmd](args)
 
 
 if __name__ == "__main__":
