@@ -96,8 +96,10 @@ class TrainWorker(WorkerState):
             torch.nn.init.zeros_(self.value_head.bias)
             params += list(self.value_head.parameters())
         self.ref = None
-        if self.cfg.kl_coef > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device).eval()
+        if self.cfg.kl_coef > 0:  # frozen: kept in the autocast dtype (2 bytes per parameter in bf16, as the model
+            # counts a reference), whose matmuls autocast would run in it anyway
+            ref_dtype = AUTOCAST.get(self.precision, torch.float32)
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=ref_dtype).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.params = params
         # ZeRO-1/2: this rank keeps optimizer state only for the parameters it owns in its dp group

@@ -1,7 +1,8 @@
-"""The loss head's log-softmax and entropy, a chunk of positions at a time: the same log-probs, entropy and
-gradient as over all positions at once, in less than half the memory (PyTorch's profiler counts every
-allocation and free of the forward and backward; the unchunked head's figure, 14 bytes per bf16 logit, is
-what an H200 measured: results/bench/gpu_probe.md)."""
+"""What a GPU rank of a bf16 workload keeps: autocast over fp32 master weights, a bf16 reference, and the loss
+head's log-softmax and entropy a chunk of positions at a time (the same log-probs, entropy and gradient as
+over all positions at once, in less than half the memory: PyTorch's profiler counts every allocation and
+free of the forward and backward; the unchunked head's 14 bytes per bf16 logit is what an H200 measured,
+results/bench/gpu_probe.md)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from trainer.batch import Sample, collate
 VOCAB = 4000
 
 
-def _tensors(n: int = 300, rows: int = 2) -> dict:
+def _samples(n: int, rows: int, vocab: int = VOCAB) -> list[Sample]:
     rnd = random.Random(n)
     p, c = n // 4, n - n // 4
-    samples = [Sample(i, [rnd.randrange(4, VOCAB) for _ in range(p)], [rnd.randrange(4, VOCAB) for _ in range(c)],
-                      [-rnd.random() for _ in range(c)], 1.0, rnd.uniform(-1, 1), 0) for i in range(rows)]
-    return collate(samples, 0)
+    return [Sample(i, [rnd.randrange(4, vocab) for _ in range(p)], [rnd.randrange(4, vocab) for _ in range(c)],
+                   [-rnd.random() for _ in range(c)], 1.0, rnd.uniform(-1, 1), 0) for i in range(rows)]
+
+
+def _tensors(n: int = 300, rows: int = 2) -> dict:
+    return collate(_samples(n, rows), 0)
 
 
 def _head(t: dict, logits: torch.Tensor):
@@ -67,3 +71,25 @@ def test_chunks_hold_less_than_half_the_memory(monkeypatch):
     # chunks the logits and the log-softmax autograd keeps (6), plus one chunk's temporaries
     assert whole == pytest.approx(14.0, abs=0.3)
     assert chunked < 7.5
+
+
+def test_a_bf16_rank_trains_under_autocast_over_fp32_weights_with_a_bf16_reference(tiny_model, monkeypatch):
+    """What a GPU rank of a bf16 workload runs (here on the CPU, whose autocast has the same rules): fp32
+    master weights and gradients, bf16 logits, the frozen KL reference stored in bf16 (2 bytes per
+    parameter, as the model counts it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(TW, "run_precision", lambda requested, device: ("bf16", None))
+    w = TW.TrainWorker(str(tiny_model), 0, 1, port, {"name": "grpo", "lr": 1e-3, "kl_coef": 0.05}, 2)
+    assert w.precision == "bf16" and {p.dtype for p in w.ref.parameters()} == {torch.bfloat16}
+    t = w._tensors(_samples(24, 4, vocab=80))
+    with w.amp():
+        assert w.model(input_ids=t["input_ids"]).logits.dtype == torch.bfloat16
+    w.accumulate(_samples(24, 4, vocab=80), 4, n_micro=2, last=True)
+    assert {p.grad.dtype for p in w.model.parameters() if p.grad is not None} == {torch.float32}
+    out = w.apply()
+    assert torch.isfinite(torch.tensor(out["grad_norm"])) and out["grad_norm"] > 0
+    assert {p.dtype for p in w.model.parameters()} == {torch.float32}
