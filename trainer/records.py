@@ -147,7 +147,8 @@ class Records:
         out = {
             "status": d.status, "plan_id": d.plan.plan_id, "mode": d.mode, "steps": d.step,
             "layout": layout,
-            "run": {k: getattr(d.cfg, k) for k in ("model", "algo", "prompts_per_step", "group_size", "mini_batches")}
+            "run": {k: getattr(d.cfg, k) for k in ("model", "algo", "prompts_per_step", "group_size", "mini_batches",
+                                                   "kl_coef")}
                    | {"max_new_tokens": d.task.max_new_tokens},
             "measured": measured, "predicted": dict(d.plan.predicted),
             "versions": d.versions, "warnings": list(d.warnings),

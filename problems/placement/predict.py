@@ -499,6 +499,15 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
             notes.append(f"predicted for the model the run trained ({model}), not the workload's")
         else:
             notes.append(f"the run trained {model}; predicted for the workload's model {wl.model.name}")
+    # this project's trainer: PPO's critic is a value head on the policy's last hidden state (no second model,
+    # no passes of its own), and a reference model runs only for a KL term (kl_coef > 0)
+    if wl.has_critic:
+        wl = dataclasses.replace(wl, has_critic=False)
+        notes.append("PPO's critic is the trainer's value head on the policy: no second model or passes")
+    kl = run.get("kl_coef")
+    if kl is not None and wl.has_reference != (kl > 0):
+        wl = dataclasses.replace(wl, has_reference=kl > 0)
+        notes.append(f"{'with' if kl > 0 else 'without'} a reference model's forward, as the run had (kl_coef {kl:g})")
     if kw["response_mean"] is None and kw["response_max"] is not None and kw["response_max"] < wl.response_mean:
         kw["response_mean"] = kw["response_max"]  # no lengths measured: none was longer than the run allowed
     cluster = None

@@ -209,3 +209,20 @@ def test_a_gpu_runs_memory_is_compared_as_pytorchs_counters_see_it():
     rows = {r[0]: r[1:] for r in comparison_table(summary, predicted)}
     assert rows["train_peak_gb (allocated)"] == ("30", "30", "+0%")
     assert rows["train_peak_gb (reserved)"] == ("33.3", "33", "+1%")
+
+
+def test_a_ppo_run_is_predicted_with_the_trainers_value_head_and_its_own_reference(tmp_path):
+    """The trainer's PPO critic is a value head on the policy (no second model, no passes of its own), and it
+    runs a reference model only with kl_coef > 0: the prediction counts what ran, and says so."""
+    _, _, path = _plan(tmp_path, "h100-64.yaml", "llama3.1-70b-ppo.yaml")
+    real = _ran(_summary(), device="cuda")
+    real["run"].update(model="llama3.1-70b", algo="ppo", kl_coef=0.0)
+    no_kl, notes = predict_run(path, real)
+    assert "PPO's critic is the trainer's value head on the policy: no second model or passes" in notes
+    assert "without a reference model's forward, as the run had (kl_coef 0)" in notes
+    real["run"]["kl_coef"] = 0.05
+    with_kl, notes = predict_run(path, real)
+    assert not any("reference model's forward" in n for n in notes)  # the workload's PPO has one already
+    assert with_kl["train_s"] > no_kl["train_s"] and with_kl["model_states_gb"] > no_kl["model_states_gb"]
+    plain = predict_plan(path)  # the plan's own figures: a critic model of the policy's size, a reference
+    assert plain["model_states_gb"] > with_kl["model_states_gb"]
