@@ -11,6 +11,10 @@ from problems.errors import InputError
 from problems.placement.names import ASYNC
 
 
+# the KL coefficient a workload's `kl_reference` trains with unless --kl-coef gives one: verl's default
+# actor_rollout_ref.actor.kl_loss_coef (ppo_trainer.yaml)
+WORKLOAD_KL_COEF = 0.001
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("train", help="run GRPO/PPO training on Ray with vLLM rollouts, as a plan says",
                               description="Run distributed RL training (vLLM rollouts, PyTorch training on Ray) "
@@ -46,7 +50,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--mini-batches", type=int, default=1,
                    help="optimizer updates per step, each on a slice of whole groups (PPO-style; > 1 trains on the "
                         "whole batch, without elastic pipelining)")
-    p.add_argument("--kl-coef", type=float, default=0.0, help="> 0 adds KL to the initial model")
+    p.add_argument("--kl-coef", type=float, default=None,
+                   help="> 0 adds KL to the initial model (default: %g when the workload names a kl_reference, as "
+                        "verl's kl_loss_coef; else 0)" % WORKLOAD_KL_COEF)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=5)
@@ -110,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(emulation_line(plan, args.plan), file=sys.stderr)
     # command line > the plan's workload file > RunConfig defaults
     given = {"model": args.model, "algo": args.algo, "prompts_per_step": args.prompts_per_step,
-             "group_size": args.group_size, "max_new_tokens": args.max_new_tokens}
+             "group_size": args.group_size, "max_new_tokens": args.max_new_tokens, "kl_coef": args.kl_coef}
     from_workload = workload_defaults(inputs.workload())
     shape = from_workload | {k: v for k, v in given.items() if v is not None}
     shape["model_from"] = ("--model" if args.model else f"the workload {inputs.workload().path}"
@@ -120,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         reward=args.reward, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
         lr_final_ratio=args.lr_final_ratio, lr_warmup_steps=args.lr_warmup_steps,
         mini_batches=args.mini_batches, **shape,
-        kl_coef=args.kl_coef, seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
+        seed=args.seed, eval_every=args.eval_every, eval_size=args.eval_size,
         checkpoint_every=args.checkpoint_every, backend=args.backend, emulate=args.emulate, resume=args.resume,
         warm_start_steps=args.warm_start_steps, progress=not args.no_progress, sync_bucket_mb=args.sync_bucket_mb,
         weight_sync=args.weight_sync, reward_weights=_weights(args.reward_weights), reward_errors=args.reward_errors,
@@ -168,6 +174,8 @@ def workload_defaults(workload) -> dict:
     architecture only)."""
     out = {"algo": workload.algorithm, "precision": workload.precision, "prompts_per_step": workload.prompts_per_step,
            "group_size": workload.samples_per_prompt, "max_new_tokens": workload.response_max}
+    if workload.has_reference and workload.algorithm == "grpo":  # the workload's KL term, unless --kl-coef
+        out["kl_coef"] = WORKLOAD_KL_COEF
     if workload.model_dir is not None:
         out["model"] = workload.model_dir
     elif workload.model.name == "tiny":

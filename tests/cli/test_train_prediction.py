@@ -226,3 +226,16 @@ def test_a_ppo_run_is_predicted_with_the_trainers_value_head_and_its_own_referen
     assert with_kl["train_s"] > no_kl["train_s"] and with_kl["model_states_gb"] > no_kl["model_states_gb"]
     plain = predict_plan(path)  # the plan's own figures: a critic model of the policy's size, a reference
     assert plain["model_states_gb"] > with_kl["model_states_gb"]
+
+
+def test_a_workloads_kl_reference_trains_with_a_kl_term(tmp_path):
+    """A GRPO workload that names a KL reference runs with one (verl's default coefficient) unless --kl-coef
+    says otherwise; without it, none."""
+    import dataclasses
+
+    from mosearch.commands.train import WORKLOAD_KL_COEF, workload_defaults
+    from problems.placement.specs import load_workload
+
+    wl = load_workload(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")
+    assert "kl_coef" not in workload_defaults(wl)
+    assert workload_defaults(dataclasses.replace(wl, has_reference=True))["kl_coef"] == WORKLOAD_KL_COEF == 0.001
