@@ -17,14 +17,15 @@ from problems.placement.predict import TrainingJob, predict_training
 SEQ = 64
 
 
-def _saved_bytes(layers: int, autocast: bool, hidden=128, ffn=352, heads=4, kv_heads=2, seq=SEQ) -> int:
+def _saved_bytes(layers: int, autocast: bool, hidden=128, ffn=352, heads=4, kv_heads=2, seq=SEQ,
+                 dtype=torch.float32) -> int:
     """Bytes of the distinct tensors (not parameters) autograd saves in one forward of a Qwen2 model."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=97, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv_heads, tie_word_embeddings=True)
-    model = Qwen2ForCausalLM(cfg)
+    model = Qwen2ForCausalLM(cfg).to(dtype)
     model.config._attn_implementation = "sdpa"
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
@@ -42,28 +43,33 @@ def _saved_bytes(layers: int, autocast: bool, hidden=128, ffn=352, heads=4, kv_h
     return sum(seen.values())
 
 
-def _ctx(precision: str):
+def _ctx(precision: str, amp: bool = True):
     from problems.placement.predict import _job_context
 
     job = TrainingJob(model="qwen2.5-0.5b", gpu="H100", precision=precision, seq_len=SEQ, global_batch=1,
-                      elementwise_kernels="eager", amp_autocast=True)
+                      elementwise_kernels="eager", amp_autocast=amp)
     ctx, _, _ = _job_context(job, None)
     return ctx
 
 
-@pytest.mark.parametrize("precision,autocast", [("bf16", True), ("fp32", False)])
-def test_a_decoder_layer_saves_what_the_model_counts(precision, autocast):
+@pytest.mark.parametrize("precision,autocast,weights", [("bf16", True, torch.float32), ("fp32", False, torch.float32),
+                                                      ("bf16", False, torch.bfloat16)])
+def test_a_decoder_layer_saves_what_the_model_counts(precision, autocast, weights):
+    """Autocast over fp32 weights (this project's trainer), fp32, and weights in bf16 (FSDP's mixed precision,
+    as verl's and NeMo-RL's workers hold them)."""
     from problems.placement.model.memory import hf_layer_bytes_per_token
 
     # one layer's tensors: the model with two layers minus the model with one (the embedding, the final
     # norm and the head's input cancel); per token: at two lengths, less what does not grow with the
     # tokens (autocast's casts of the layer's weights, counted apart: `hf_step_extras`)
-    layer = {n: _saved_bytes(2, autocast, seq=n) - _saved_bytes(1, autocast, seq=n) for n in (SEQ, 2 * SEQ)}
+    layer = {n: _saved_bytes(2, autocast, seq=n, dtype=weights) - _saved_bytes(1, autocast, seq=n, dtype=weights)
+             for n in (SEQ, 2 * SEQ)}
     measured = (layer[2 * SEQ] - layer[SEQ]) / SEQ
     casts = layer[SEQ] - measured * SEQ
     weights = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 352  # q, o; k, v; gate, up, down
     assert casts == pytest.approx(2 * weights if autocast else 0, abs=2 * (128 + 2 * 64))  # (+ q/k/v biases)
-    ctx = dataclasses.replace(_ctx(precision), hidden=128, ffn=352, heads=4, q_dim=128, kv_dim=64)
+    ctx = dataclasses.replace(_ctx(precision, amp=autocast or weights == torch.float32), hidden=128, ffn=352,
+                              heads=4, q_dim=128, kv_dim=64)
     assert float(hf_layer_bytes_per_token(ctx, np.array(1.0))) == pytest.approx(measured, rel=1e-9)
 
 

@@ -124,10 +124,11 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         per_tok = (ctx.hidden + whole) / sp + (sharded + ctx.q_dim) / tp  # elements
         lse = ctx.heads / tp * 4  # fp32 log-sum-exp per head, bytes
         per_layer_kept = np.where(full_rec, per_layer_kept, s * mb * (per_tok * ctx.bpe + lse))
-    if hf_modules(ctx) and not ctx.selective_op:
+    if eager_layers(ctx) and not ctx.selective_op:
         per_layer_full = s * mb * hf_layer_bytes_per_token(ctx, tp)
         # recomputation keeps each layer's input: the residual stream, fp32 under autocast and in fp32
-        per_layer_kept = np.where(full_rec, s * mb * ctx.hidden * 4.0, per_layer_full)
+        residual = 4.0 if ctx.amp_autocast or ctx.bpe >= 4 else float(ctx.bpe)
+        per_layer_kept = np.where(full_rec, s * mb * ctx.hidden * residual, per_layer_full)
     n = np.maximum(n_micro, 1)
     if ctx.stage_layers is None:
         layers = np.ceil(ctx.layers / pp)
@@ -149,17 +150,31 @@ def hf_modules(ctx: ModelContext) -> bool:
     return bool(ctx.amp_autocast)
 
 
+def eager_layers(ctx: ModelContext) -> bool:
+    """The training layers are eager PyTorch modules (`elementwise_kernels: eager`): Hugging Face's layers as
+    verl's FSDP workers, NeMo-RL's DTensor policy, TRL and this project's trainer run them."""
+    return bool(ctx.eager_norm and ctx.eager_rope and ctx.eager_act)
+
+
 def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
     """Bytes a Hugging Face decoder layer (Qwen2 / Llama: RMSNorm, RoPE, SDPA flash attention, SwiGLU)
-    saves for backward per token, counted from the tensors autograd saves (module doc): four fp32
-    tensors of the hidden size and a per-token fp32 scale from the two RMSNorms, the log-sum-exp per
-    head, and in the working precision the hidden-size inputs of the projections (five under bf16
-    autocast, which saves its casts; two in fp32), rotated q and attention's output, k and v, and four
-    tensors of the MLP width. TP splits the heads and the MLP width (no sequence parallelism)."""
+    saves for backward per token, counted from the tensors autograd saves (module doc;
+    tests/placement/test_hf_memory.py counts them): fp32 tensors of the hidden size and a per-token fp32
+    scale from the two RMSNorms, which compute in fp32, the log-sum-exp per head, and in the working
+    precision the hidden-size inputs of the projections, rotated q and attention's output, k and v, and
+    four tensors of the MLP width. How many hidden-size tensors in fp32 and in the working precision: four
+    and five under bf16 autocast over fp32 weights (the residual stream stays fp32, autocast saves its
+    casts), two and four with the weights in bf16 (FSDP's mixed precision), four and two in fp32. TP
+    splits the heads and the MLP width (no sequence parallelism)."""
     e = float(ctx.bpe)
-    n_hidden = np.where(ctx.bpe < 4, 5.0, 2.0)
+    if ctx.bpe >= 4:
+        n32, n_hidden = 4.0, 2.0
+    elif ctx.amp_autocast:
+        n32, n_hidden = 4.0, 5.0
+    else:
+        n32, n_hidden = 2.0, 4.0
     width = (2.0 * ctx.q_dim + 2.0 * ctx.kv_dim + 4.0 * ctx.ffn) / tp
-    return 16.0 * ctx.hidden + 4.0 + 4.0 + 4.0 * ctx.heads / tp + e * (n_hidden * ctx.hidden + width)
+    return 4.0 * n32 * ctx.hidden + 4.0 + 4.0 + 4.0 * ctx.heads / tp + e * (n_hidden * ctx.hidden + width)
 
 
 def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute) -> tuple[np.ndarray, np.ndarray]:
