@@ -144,12 +144,6 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
     return acts + logits
 
 
-def hf_modules(ctx: ModelContext) -> bool:
-    """The trainer keeps what Hugging Face modules under PyTorch autocast, PyTorch's AdamW and an fp32
-    log-softmax + entropy loss keep (`amp_autocast`: this project's trainer, TRL; names.AMP_AUTOCAST_HELP)."""
-    return bool(ctx.amp_autocast)
-
-
 def eager_layers(ctx: ModelContext) -> bool:
     """The training layers are eager PyTorch modules (`elementwise_kernels: eager`): Hugging Face's layers as
     verl's FSDP workers, NeMo-RL's DTensor policy, TRL and this project's trainer run them."""
@@ -179,12 +173,12 @@ def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
 
 def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute) -> tuple[np.ndarray, np.ndarray]:
     """(during forward and backward, at the optimizer step) bytes per GPU that PyTorch's own mixed
-    precision and optimizer add to the model states with Hugging Face modules (`hf_modules`): bf16
+    precision and optimizer add to the model states (`amp_autocast`, names.AMP_AUTOCAST_HELP): bf16
     autocast keeps its cast of every weight from forward to backward (not under full recomputation, where
     each layer casts again when it is recomputed), and AdamW's default multi-tensor ("foreach") step
     allocates one fp32 tensor per parameter it updates (the square root of the second moment). 0 for
     fused kernels (Megatron, DeepSpeed: fused Adam, weights already in the working precision)."""
-    if not hf_modules(ctx):
+    if not ctx.amp_autocast:
         return np.zeros(1), np.zeros(1)
     psh = stage_params(ctx, pp) / tp
     dpf = np.maximum(dp, 1).astype(float)
