@@ -11,6 +11,10 @@ Sources (shared reference systems.md):
   with sequence parallelism s*b*h*34/t (and 2*s*b*h/t under full recomputation);
   torchtitan's selective op checkpointing keeps the layer input, every other matmul output and
   attention's output (`selective_op_split`).
+- eager layers (`elementwise_kernels: eager`, Hugging Face's modules): the tensors autograd saves, counted
+  (`hf_layer_bytes_per_token`); with `amp_autocast` also autocast's weight casts and AdamW's foreach
+  temporaries (`hf_step_extras`). On an H200 this project's trainer's peak allocated memory came within
+  0.8% median of them over 37 steps (results/bench/gpu_train.md).
 - KV cache bytes = 2 * layers * kv_heads * head_dim * tokens * bytes_per_elem.
 - ZeRO-3 / FSDP hold the full weights of the unit computing and of the next one it prefetches
   (FSDP2's implicit prefetch, DeepSpeed's prefetch bucket); units kept unsharded after forward
