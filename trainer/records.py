@@ -177,7 +177,7 @@ class Records:
                 "params_per_rank": [i["params"] for i in info],
                 "engine_tp": d.engine_tp,  # as each engine reports it
                 "device": "cuda" if d.found.cuda else "cpu",  # what the work ran on
-                "precision": getattr(d, "train_precision", None),  # what the training ranks ran in
+                "precision": d.train_precision,  # what the training ranks ran in
                 "emulated": bool(lay and lay.emulated), "notes": lay.notes if lay else [],
                 "placed": d.placed,
                 # where the training ranks met: rank 0's node address (multi-rank layouts)

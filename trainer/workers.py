@@ -48,10 +48,7 @@ class TrainWorker(WorkerState):
         self.objective = A.objective(self.cfg)
         self.micro_batch, self.pad_id = micro_batch, pad_id
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-        self.precision = run_precision(precision, self.device.type)[0]
-        self.layout["precision"] = self.precision
-        if self.device.type == "cuda":  # process-wide switches: this process is one rank
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.precision == "tf32"
+        self.set_precision(run_precision(precision, self.device.type)[0])
         torch.manual_seed(seed)
         # rank 0's node address (TrainGroup.spawn finds it), so ranks on other machines meet there
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
@@ -67,10 +64,9 @@ class TrainWorker(WorkerState):
         # every tensor of the full model, in HF naming (tied lm_head included), for gathering it back
         self._full_meta = {k: (tuple(v.shape), v.dtype) for k, v in module.state_dict().items()}
         self.tied = bool(getattr(module.config, "tie_word_embeddings", False))
-        # activation shapes between pipeline stages: hidden states, and logits after the last
-        # (the residual stream stays fp32 under autocast; the lm_head's logits come out in its dtype)
+        # activation shapes between pipeline stages: hidden states (fp32: the residual stream stays fp32 under
+        # autocast), and logits after the last (in `work_dtype`, as the lm_head gives them)
         self.hidden, self.vocab, self.dtype = module.config.hidden_size, module.lm_head.out_features, torch.float32
-        self.logits_dtype = AUTOCAST.get(self.precision, torch.float32)
         self.sharding = sharding
         self.g = PL.Groups(rank, self.dp, tp, pp, self.device.type) if world_size > 1 else None
         self.c = self.g.c if self.g else PL.Coords.of(0, 1, 1, 1)
@@ -96,10 +92,9 @@ class TrainWorker(WorkerState):
             torch.nn.init.zeros_(self.value_head.bias)
             params += list(self.value_head.parameters())
         self.ref = None
-        if self.cfg.kl_coef > 0:  # frozen: kept in the autocast dtype (2 bytes per parameter in bf16, as the model
-            # counts a reference), whose matmuls autocast would run in it anyway
-            ref_dtype = AUTOCAST.get(self.precision, torch.float32)
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=ref_dtype).to(self.device).eval()
+        if self.cfg.kl_coef > 0:  # frozen: kept in the working dtype (2 bytes per parameter in bf16, as the model
+            # counts a reference), which autocast would run its matmuls in anyway
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.work_dtype).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.params = params
         # ZeRO-1/2: this rank keeps optimizer state only for the parameters it owns in its dp group
@@ -147,6 +142,15 @@ class TrainWorker(WorkerState):
             values = (self.value_head(out.hidden_states[-1][:, :-1]).squeeze(-1).float()
                       if self.value_head is not None and model is not self.ref else None)
         return self._token_logp(out.logits, t) + (values,)
+
+    def set_precision(self, precision: str) -> None:
+        """Train in `precision` (one `run_precision` gives): the dtype autocast computes in (the logits'
+        between pipeline stages, the reference's), and TF32 matmuls on or off (process-wide switches: this
+        process is one rank)."""
+        self.precision = self.layout["precision"] = precision
+        self.work_dtype = AUTOCAST.get(precision, torch.float32)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
 
     def amp(self):
         """Mixed precision as the plan's workload asks (`run_precision`): bf16 autocast over fp32 master
@@ -271,7 +275,7 @@ class TrainWorker(WorkerState):
         n, seq = len(parts), ids.shape[1]
         # (requires_grad marks the activations whose gradients travel back between stages)
         hidden = torch.empty(rows, seq, self.hidden, dtype=self.dtype, device="meta", requires_grad=True)
-        logits = torch.empty(rows, seq, self.vocab, dtype=self.logits_dtype, device="meta", requires_grad=True)
+        logits = torch.empty(rows, seq, self.vocab, dtype=self.work_dtype, device="meta", requires_grad=True)
         stage = PipelineStage(
             self.model, self.c.pp_idx, self.pp, self.device, group=self.g.pp_group,
             input_args=torch.empty(rows, seq, dtype=ids.dtype, device="meta") if self.c.first else hidden,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -53,16 +52,11 @@ HOLDOUT_GRID = [("r1-distill-qwen-1.5b", "bf16", 2048, 2, 3, rc) for rc in (Fals
     ("qwen2.5-0.5b", "bf16", 16384, 1, 2, True), ("qwen2.5-0.5b", "bf16", 8192, 2, 2, False),
     ("qwen2.5-1.5b", "tf32", 2048, 1, 2, True), ("qwen2.5-1.5b", "bf16", 512, 8, 4, False),
     ("qwen2.5-3b", "bf16", 8192, 1, 2, True), ("qwen2.5-3b", "bf16", 1024, 2, 4, False)]
+GRIDS = {"main": GRID, "probe": PROBE_GRID, "holdout": HOLDOUT_GRID}
 # the loss head alone: tokens of bf16 logits over the Qwen2.5 vocabulary
 LOSS_HEAD_TOKENS = (2048, 8192, 16384)
 TIMED_STEPS = 3
 MODELS_YAML = Path(__file__).resolve().parents[2] / "problems" / "placement" / "data" / "models.yaml"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _batch(n: int, seq: int, vocab: int, seed: int):
@@ -131,7 +125,7 @@ def check_path(workdir: Path) -> list[dict]:
 
     def step(algo):
         def run():
-            w = TrainWorker(str(tiny), 0, 1, _port(), algo, 2, precision="bf16")
+            w = TrainWorker(str(tiny), 0, 1, 0, algo, 2, precision="bf16")
             before = {k: v.detach().clone() for k, v in w.module.state_dict().items()}
             outs = []
             for _ in range(2):
@@ -154,7 +148,7 @@ def check_path(workdir: Path) -> list[dict]:
 
         gc.collect()  # the earlier checks' workers: their device memory would blur the figures below
         torch.cuda.empty_cache()
-        w = TrainWorker(str(tiny), 0, 1, _port(), {"name": "grpo", "lr": 1e-3}, 2, precision="bf16")
+        w = TrainWorker(str(tiny), 0, 1, 0, {"name": "grpo", "lr": 1e-3}, 2, precision="bf16")
         w.accumulate(batch, len(batch), n_micro=2, last=True)
         w.apply()
         torch.cuda.synchronize()
@@ -180,7 +174,7 @@ def check_path(workdir: Path) -> list[dict]:
     check("colocated offload / onload", offload)
 
     def gather_and_checkpoint():
-        w = TrainWorker(str(tiny), 0, 1, _port(), {"name": "grpo", "lr": 1e-3}, 2, precision="bf16")
+        w = TrainWorker(str(tiny), 0, 1, 0, {"name": "grpo", "lr": 1e-3}, 2, precision="bf16")
         w.accumulate(batch, len(batch), n_micro=2, last=True)
         w.apply()
         full = {k: v for b in w.iter_full_state(1 << 16) for k, v in b}
@@ -222,7 +216,8 @@ def check_path(workdir: Path) -> list[dict]:
     def nccl():
         import torch.distributed as dist
 
-        store = torch.distributed.TCPStore("127.0.0.1", _port(), 1, True)
+        host, port = WS.free_address()
+        store = torch.distributed.TCPStore(host, port, 1, True)
         dist.init_process_group("nccl", store=store, rank=0, world_size=1)
         x = torch.ones(1 << 20, device="cuda")
         dist.all_reduce(x)
@@ -245,7 +240,7 @@ def loss_head(workdir: Path, vocab: int = 151936) -> list[dict]:
     from trainer.models.tiny import build_tiny
     from trainer.workers import TrainWorker
 
-    w = TrainWorker(str(build_tiny(workdir / "tiny")), 0, 1, _port(), {"name": "grpo", "lr": 1e-3}, 1, precision="bf16")
+    w = TrainWorker(str(build_tiny(workdir / "tiny")), 0, 1, 0, {"name": "grpo", "lr": 1e-3}, 1, precision="bf16")
     rows = []
     for n in LOSS_HEAD_TOKENS:
         b = _batch(1, n + 1, 80, n)
@@ -276,13 +271,7 @@ def loss_head(workdir: Path, vocab: int = 151936) -> list[dict]:
 # -- step time and memory ---------------------------------------------------------------------------
 def _set(w, precision: str, recompute: bool) -> None:
     """Switch a worker's precision and recomputation between measurements (as its __init__ sets them)."""
-    import torch
-
-    from trainer.workers import AUTOCAST
-
-    w.precision = precision
-    w.logits_dtype = AUTOCAST.get(precision, torch.float32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    w.set_precision(precision)
     if recompute:
         w.module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
@@ -301,12 +290,14 @@ def measure_steps(workdir: Path, grid, budget_s: float, out) -> list[dict]:
         by_model.setdefault(g[0], []).append(g)
     for name, cases in by_model.items():
         if time.perf_counter() - t_start > budget_s:
-            rows += [{"model": c[0], "precision": c[1], "seq_len": c[2], "micro_batch": c[3], "n_micro": c[4],
-                      "recompute": c[5], "status": "skipped (time budget)"} for c in cases]
+            for c in cases:
+                rows.append({"model": c[0], "precision": c[1], "seq_len": c[2], "micro_batch": c[3], "n_micro": c[4],
+                             "recompute": c[5], "status": "skipped (time budget)"})
+                print(json.dumps(rows[-1]), file=out, flush=True)
             continue
         path = build_model(name, workdir / name)
         torch.cuda.empty_cache()
-        w = TrainWorker(str(path), 0, 1, _port(), {"name": "grpo", "lr": 1e-6}, 1, precision="bf16")
+        w = TrainWorker(str(path), 0, 1, 0, {"name": "grpo", "lr": 1e-6}, 1, precision="bf16")
         vocab = w.vocab
         params = sum(p.numel() for p in w.module.parameters())
         attn = getattr(w.module.config, "_attn_implementation", None)
@@ -381,7 +372,7 @@ def measure(args) -> int:
         if args.grid == "probe":
             for r in loss_head(work):
                 print(json.dumps(r), file=f, flush=True)
-        measure_steps(work, {"main": GRID, "probe": PROBE_GRID, "holdout": HOLDOUT_GRID}[args.grid], args.budget_s, f)
+        measure_steps(work, GRIDS[args.grid], args.budget_s, f)
     return 0
 
 
@@ -400,8 +391,8 @@ def predicted(steps: list[dict], gpu: str = "H200"):
     the loss head of the trainer that ran (`UNCHUNKED_LOSS` for the files measured before it chunked)."""
     from problems.placement.predict import TrainingJob, predict_training
 
-    head = next((r for r in steps if r.get("kind") == "machine"), {})
-    eff = {} if "loss_chunk_logits" in head else {gpu: UNCHUNKED_LOSS}
+    head = next((r for r in steps if r.get("kind") == "machine"), None)  # none: the trainer as it is now
+    eff = {gpu: UNCHUNKED_LOSS} if head is not None and "loss_chunk_logits" not in head else {}
     for r in steps:
         if r.get("kind") or r["status"] == "skipped (time budget)":
             continue
@@ -494,14 +485,13 @@ def predict_grid(args) -> int:
     from mosearch.bench import publish
 
     rows = [{"model": m, "precision": p, "seq_len": s, "micro_batch": mb, "n_micro": n, "recompute": rc, "status": "ok"}
-            for m, p, s, mb, n, rc in {"main": GRID, "probe": PROBE_GRID, "holdout": HOLDOUT_GRID}[args.grid]]
-    head = {"kind": "machine", "loss_chunk_logits": 1}  # predicted for the trainer as it is now
+            for m, p, s, mb, n, rc in GRIDS[args.grid]]
     lines = [f"# The model's figures for the {args.grid} grid on {args.gpu}, before it is measured", "",
              f"Made by `python -m mosearch.bench.gpu_train predict --grid {args.grid} --out {args.out}`; the "
              "memory without the model's runtime share, as PyTorch's counters see it.", "",
              "| model | prec | seq | mb x n | recompute | step s | allocated GB | reserved GB | fits |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r, p in predicted([head, *rows], args.gpu):
+    for r, p in predicted(rows, args.gpu):
         m = p["memory_gb"]
         lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
                      f"{'yes' if r['recompute'] else 'no'} | {p['step_s']:.3f} | {m['allocated'] - m['runtime']:.1f} | "
@@ -517,7 +507,7 @@ def main(argv=None) -> int:
     m.add_argument("--out", required=True, help="JSON-lines file of the measurements")
     m.add_argument("--budget-s", type=float, default=330.0, help="start no new step measurement after this")
     m.add_argument("--steps-only", action="store_true", help="skip the CUDA-path checks")
-    m.add_argument("--grid", choices=("main", "probe", "holdout"), default="main",
+    m.add_argument("--grid", choices=tuple(GRIDS), default="main",
                    help="main: the steps compared with the model; probe: the loss head alone and host-bound steps; "
                         "holdout: configurations measured after the model's changes")
     c = sub.add_parser("compare", help="predicted beside measured, from a measure file")
@@ -525,7 +515,7 @@ def main(argv=None) -> int:
     c.add_argument("--gpu", default="H200", help="catalog GPU the measurement ran on")
     c.add_argument("--out", default="results/bench/gpu_train.md")
     q = sub.add_parser("predict", help="the model's figures for a grid, before it is measured")
-    q.add_argument("--grid", choices=("main", "probe", "holdout"), default="holdout")
+    q.add_argument("--grid", choices=tuple(GRIDS), default="holdout")
     q.add_argument("--gpu", default="H200")
     q.add_argument("--out", default="results/bench/gpu_holdout_predicted.md")
     args = ap.parse_args(argv)

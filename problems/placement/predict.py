@@ -336,6 +336,8 @@ def prior_notes(cluster: Cluster) -> list[str]:
 
 
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[str]:
+    from problems.placement.model.memory import eager_layers
+
     host_f, host_b = float(ctx.eff["hf_layer_fwd_s"].max()), float(ctx.eff["hf_layer_bwd_s"].max())
     out = [f"precision {precision}: {PRECISION_BYTES[precision]} bytes per element; {PRECISION_MEANING[precision]}; "
            f"peak {', '.join(f'{p.gpu.name} {p.gpu.peak(precision):g}' for p in cluster.pools)} TFLOP/s",
@@ -364,7 +366,7 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
               "optimizer step"] if ctx.amp_autocast else []),
            *([f"eager layers wait on the host that launches their kernels: at least {host_f * 1e3:.1f} ms per layer "
               f"and forward, {host_b * 1e3:.1f} ms per backward (measured on an H200 machine's host)"]
-             if ctx.eager_norm and ctx.eager_rope and ctx.eager_act and host_f > 0 else []),
+             if eager_layers(ctx) and host_f > 0 else []),
            *prior_notes(cluster)]
     for i, p in enumerate(cluster.pools):
         e = {k: float(v[i]) for k, v in ctx.eff.items()}
@@ -556,7 +558,7 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
         notes.append(f"predicted with elementwise_kernels {EAGER_KERNELS} (the trainer's Hugging Face modules run "
                      f"RMSNorm, RoPE and the MLP activation unfused); the plan assumed {wl.elementwise_kernels}")
         wl = dataclasses.replace(wl, elementwise_kernels=EAGER_KERNELS)
-    if lay.get("device") == "cuda" and not wl.amp_autocast:  # the trainer's autocast, AdamW and loss (memory)
+    if lay.get("device") == "cuda":  # the trainer's autocast, AdamW and loss (memory)
         wl = dataclasses.replace(wl, amp_autocast=True)
     ran = lay.get("precision")
     if ran and ran != wl.precision:

@@ -27,7 +27,7 @@ import numpy as np
 
 from problems.placement.model.comm import (dp_gradient_sync_s, dp_ring_bw, fsdp_collectives, fsdp_traffic_s,
                                            ring_allreduce_s, tp_collectives)
-from problems.placement.model.memory import (SHARD_NONE, params_sharded, selective_op_split,
+from problems.placement.model.memory import (SHARD_NONE, eager_layers, params_sharded, selective_op_split,
                                              state_bytes_per_param, stage_params)
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
@@ -207,8 +207,8 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     matmul = (passes * weight_f + sel_f)[:, None] / rate + (attn_passes * attn_f)[:, None] / rate_attn
     layer = (mb_eff * matmul + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
              + tp_comm + e["layer_s"])
-    if ctx.eager_norm and ctx.eager_rope and ctx.eager_act:  # the host launching eager layers' kernels one by
-        # one (Python per op): the GPU waits when it is the slower
+    if eager_layers(ctx):  # the host launching eager layers' kernels one by one (Python per op): the GPU waits
+        # when it is the slower
         col = lambda v: np.reshape(v * np.ones(len(tp)), (-1, 1))  # noqa: E731  (a scalar or (N,) pass count)
         layer = np.maximum(layer, col(n_fwd) * e["hf_layer_fwd_s"] + col(n_bwd) * e["hf_layer_bwd_s"])
     # the logits each pass through the head produces, processed element-wise over the whole vocabulary (a
