@@ -186,9 +186,10 @@ def _pair_rows(pair_rows: list[tuple]) -> list[str]:
     return lines
 
 
-# TrainWorker steps measured on an H200 (mosearch/bench/gpu_train.py); the holdout file when one was measured
+# TrainWorker steps measured on an H200 (mosearch/bench/gpu_train.py), the holdout file when one was measured;
+# not the probe's steps, which the host time per eager layer was taken from (model/params.py)
 GPU_TRAIN_FILES = [Path(__file__).resolve().parents[2] / "results" / "bench" / f"gpu_{g}_h200.jsonl"
-                   for g in ("train", "probe", "holdout")]
+                   for g in ("train", "holdout")]
 
 
 def trainer_on_gpu() -> dict[str, list[float]] | None:
@@ -253,8 +254,8 @@ def main(argv=None) -> int:
     trainer = trainer_on_gpu()
     if trainer:
         n = len(trainer["step"])
-        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train; the probe's "
-                 "12 set the host time per layer)",
+        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train; not the "
+                 "probe's 12, which set the host time per layer)",
                  np.median(np.abs(trainer["step"])), TARGETS["train_median"]),
                 (f"this project's trainer on an H200, peak memory vs allocated ({n} steps)",
                  np.median(np.abs(trainer["alloc"])), TARGETS["memory_median"]),

@@ -14,7 +14,7 @@ Sources (shared reference systems.md):
 - eager layers (`elementwise_kernels: eager`, Hugging Face's modules): the tensors autograd saves, counted
   (`hf_layer_bytes_per_token`); with `amp_autocast` also autocast's weight casts and AdamW's foreach
   temporaries (`hf_step_extras`). On an H200 this project's trainer's peak allocated memory came within
-  0.8% median of them over 37 steps (results/bench/gpu_train.md).
+  0.9% median of them over 25 steps (results/bench/gpu_train.md).
 - KV cache bytes = 2 * layers * kv_heads * head_dim * tokens * bytes_per_elem.
 - ZeRO-3 / FSDP hold the full weights of the unit computing and of the next one it prefetches
   (FSDP2's implicit prefetch, DeepSpeed's prefetch bucket); units kept unsharded after forward
