@@ -41,7 +41,8 @@ AMP_AUTOCAST_HELP = (
     "the trainer runs Hugging Face modules under PyTorch autocast over fp32 weights, with PyTorch's AdamW and a "
     "loss over the full vocabulary's fp32 log-softmax and entropy, as this project's trainer (and TRL) do: memory "
     "counts what those keep (the autocast casts of the weights, the optimizer step's temporaries, the modules' "
-    "saved tensors, the loss's fp32 copies); false: as Megatron / DeepSpeed / FSDP frameworks with fused kernels")
+    "saved tensors, the loss's fp32 copies) and the optimizer step's time its foreach passes' traffic; false: as "
+    "Megatron / DeepSpeed / FSDP frameworks with fused kernels")
 
 # -- sharding levels over the data-parallel group --------------------------------------------------
 SHARDINGS: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp")

@@ -337,6 +337,7 @@ def prior_notes(cluster: Cluster) -> list[str]:
 
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[str]:
     from problems.placement.model.memory import eager_layers
+    from problems.placement.model.training import ADAMW_FOREACH_BYTES, GRAD_CLIP_BYTES
 
     host_f, host_b = float(ctx.eff["hf_layer_fwd_s"].max()), float(ctx.eff["hf_layer_bwd_s"].max())
     out = [f"precision {precision}: {PRECISION_BYTES[precision]} bytes per element; {PRECISION_MEANING[precision]}; "
@@ -363,7 +364,9 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
            "more with recomputation and virtual pipelines): an out-of-memory follows the reserved figure",
            *(["amp_autocast: memory as Hugging Face modules under PyTorch autocast keep it (their saved tensors per "
               "layer, the bf16 casts of the weights until backward), with AdamW's foreach temporaries at the "
-              "optimizer step"] if ctx.amp_autocast else []),
+              "optimizer step; that step's time is its foreach passes' traffic ("
+              f"{ADAMW_FOREACH_BYTES + GRAD_CLIP_BYTES:g} bytes per parameter with the gradient clipping, where a "
+              "fused Adam moves 32)"] if ctx.amp_autocast else []),
            *([f"eager layers wait on the host that launches their kernels: at least {host_f * 1e3:.1f} ms per layer "
               f"and forward, {host_b * 1e3:.1f} ms per backward (measured on an H200 machine's host)"]
              if eager_layers(ctx) and host_f > 0 else []),

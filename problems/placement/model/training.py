@@ -42,6 +42,17 @@ from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pm
 LOGIT_BYTES_FWD = 22.0
 LOGIT_BYTES_BWD = 8.0
 
+# HBM bytes per parameter of an optimizer step on the GPU. Fused Adam (Megatron, DeepSpeed, torchtitan's
+# default, one kernel): reads weight, gradient and both moments and writes three of them, 2 x (w + g + o) of
+# `state_bytes_per_param`. PyTorch's AdamW with its default multi-tensor ("foreach") implementation, as this
+# project's trainer builds it (`amp_autocast` jobs), runs eight passes over fp32 tensors (weight decay,
+# lerp, two on the second moment, its square root into a temporary, the bias correction, eps, addcdiv): 84
+# bytes read and written per parameter, counted from the aten operations it dispatches
+# (tests/placement/test_optimizer_traffic.py); the gradient clipping before it (clip_grad_norm_: a norm over
+# every gradient, then a scale) adds 12.
+ADAMW_FOREACH_BYTES = 84.0
+GRAD_CLIP_BYTES = 12.0
+
 
 def pass_counts(ctx: ModelContext, recompute):
     """(forward passes, backward passes) per sample and step, as multiples of one actor forward."""
@@ -290,7 +301,8 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     hbm_min = pmin(np.where(used, ctx.hbm * e["decode_eff"], np.inf))
     host = pmin(np.where(used, e["host_gbs"] * 1e9, np.inf))
     cpu = pmin(np.where(used, e["cpu_adam_gbs"] * 1e9, np.inf))
-    on_gpu = shard * 2.0 * (w_b + g_b + o_b) / hbm_min
+    step_bytes = ADAMW_FOREACH_BYTES + GRAD_CLIP_BYTES if ctx.amp_autocast else 2.0 * (w_b + g_b + o_b)
+    on_gpu = shard * step_bytes / hbm_min
     off = shard * (g_b + w_b) / host + shard * 2.0 * o_b / cpu
     opt = np.where(f["optimizer_offload"].astype(bool), off, on_gpu)
     u = float(ctx.updates)
