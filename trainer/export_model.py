@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 from pathlib import Path
 
 from problems.errors import InputError
@@ -54,12 +53,6 @@ def read_layout(path: Path) -> dict:
     return json.loads(f.read_text())
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank(rank: int, port: int, layout: dict, state_file: str, out_file: str) -> None:
     """One rank of the checkpoint's layout: load its file, join the gather, rank 0 saves the full state."""
     import torch
@@ -92,7 +85,9 @@ def merged_state(path: Path, layout: dict, work: Path) -> dict:
 
     out_file = work / "full_state.pt"
     ctx = mp.get_context("spawn")
-    port = _port()
+    from trainer.weight_sync import free_port  # torch, only when a checkpoint is exported
+
+    port = free_port()
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # every rank on the CPU over gloo, whatever the run had
     try:

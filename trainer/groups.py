@@ -16,7 +16,6 @@ The driver's loop sees only these calls; every `ray` call of the trainer's contr
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 
@@ -148,8 +147,10 @@ class TrainGroup:
 
     def spawn(self) -> list:
         """Every rank in its bundle, as a fresh process group (a new rendezvous port on rank 0's node)."""
+        from trainer.weight_sync import free_port
+
         lay = self.layout
-        self.rendezvous = rendezvous_address(self.pg, 0, self.env) if lay.world > 1 else ("127.0.0.1", _free_port())
+        self.rendezvous = rendezvous_address(self.pg, 0, self.env) if lay.world > 1 else ("127.0.0.1", free_port())
         host, port = self.rendezvous
         self.actors = []
         for r, pool in enumerate(lay.rank_pools):
@@ -542,7 +543,3 @@ def rendezvous_address(pg, bundle: int, env: dict) -> tuple[str, int]:
     return tuple(ray.get(probe.remote()))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -75,19 +75,25 @@ def route_groups(route: str, engine_regions: list[str], sender_region: str) -> l
     return out
 
 
-def free_address() -> tuple[str, int]:
-    """This node's address and a free port on it (for a group this process will host)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on at `host` now (the one helper for every group or server this project
+    hosts: loopback for processes of this machine, the Ray node's address for a group across nodes)."""
     import socket
 
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def free_address() -> tuple[str, int]:
+    """This node's address and a free port on it (for a group this process will host)."""
     try:
         import ray
 
         host = ray.util.get_node_ip_address()
     except Exception:  # outside Ray (unit tests)
         host = "127.0.0.1"
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return host, s.getsockname()[1]
+    return host, free_port(host)
 
 
 def tcp_store(host: str, port: int, size: int, master: bool, timeout: datetime.timedelta):

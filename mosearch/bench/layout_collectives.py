@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -115,11 +114,11 @@ def _rank(rank: int, world: int, port: int, layout: tuple, repeats: int, out: st
 def run_layout(layout: tuple, repeats: int) -> dict:
     import torch.multiprocessing as mp
 
+    from trainer.weight_sync import free_port
+
     dp, tp, pp, _ = layout
     world = dp * tp * pp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = tempfile.mktemp(suffix=".json")
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_rank, args=(r, world, port, layout, repeats, out)) for r in range(world)]

@@ -215,17 +215,15 @@ def _layout_ops(world: int, dev: torch.device, repeats: int, hidden: int = 128, 
 
 
 def collective(sizes=(2**12, 2**16, 2**20, 2**23, 2**25), repeats: int = 5, world: int = 2) -> list[dict]:
-    import socket
-
     import torch.multiprocessing as mp
+
+    from trainer.weight_sync import free_port
 
     if torch.cuda.is_available():
         world = min(world, torch.cuda.device_count())
         if world < 2:
             return []
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_collective_worker, args=(r, world, port, sizes, repeats, out)) for r in range(world)]
