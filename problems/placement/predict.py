@@ -227,34 +227,16 @@ def _memory(ctx, f, tr) -> dict[str, float]:
     """Per GPU of the most loaded stage on the fullest GPU type, GB: model states by kind, activations,
     weights gathered by ZeRO-3 / FSDP, runtime, and the caching allocator's fragments; allocated and
     reserved (the figure an out-of-memory depends on: `model.memory`)."""
-    from problems.placement.model.memory import (SHARD_NONE, SHARD_Z2, activation_bytes, gathered_bytes,
-                                                 hf_step_extras, params_sharded, state_bytes_per_param,
-                                                 stage_params, train_peak_bytes)
+    from problems.placement.model.memory import train_memory
 
-    w, g, o = state_bytes_per_param(ctx.bpe)
-    tp, pp, dp, sh = f["tp"], f["pp"], np.maximum(tr["dp"], 1), f["sharding"]
-    psh = stage_params(ctx, pp) / tp
-    z3 = params_sharded(sh)
-    weights = psh * w / np.where(z3, dp, 1)
-    grads = psh * g / np.where(z3 | (sh == SHARD_Z2), dp, 1)
-    opt = np.where(f["optimizer_offload"].astype(bool), 0.0, psh * o / np.where(sh == SHARD_NONE, 1, dp))
-    acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None], f["recompute"][:, None],
-                            tr["micro_batches"])
-    gathered = gathered_bytes(ctx, tp, pp, dp, sh)[:, None]
-    states = weights + grads + opt
-    rec = (f["recompute"].astype(bool) | ctx.selective_op)[:, None]
-    casts, step = hf_step_extras(ctx, tp, pp, dp, sh, f["optimizer_offload"], f["recompute"])
-    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, rec, gathered,
-                                           (np.reshape(casts, (-1, 1)), np.reshape(step, (-1, 1))))
-    j = int(np.argmax(reserved[0] / ctx.mem))  # the GPU type closest to running out
-    gb = 1e-9
-    return {"weights": float(weights[0]) * gb, "gradients": float(grads[0]) * gb, "optimizer": float(opt[0]) * gb,
-            "activations": float(acts[0, j]) * gb, "gathered_weights": float(gathered[0, 0]) * gb,
-            "weight_casts": float(np.ravel(casts)[0]) * gb, "optimizer_step_temporaries": float(np.ravel(step)[0]) * gb,
-            "runtime": float(ctx.eff["runtime_gb"][j]),
-            "allocator_waste": float(reserved[0, j] - allocated[0, j]) * gb,
-            "allocated": float(allocated[0, j]) * gb, "reserved": float(reserved[0, j]) * gb,
-            "capacity": float(ctx.mem[j]) * gb}
+    m = train_memory(ctx, f, np.maximum(tr["dp"], 1), tr["micro_batches"])
+    j = int(np.argmax(m["reserved"][0] / ctx.mem))  # the GPU type closest to running out
+    gb = {k: float(np.broadcast_to(v[0], ctx.mem.shape)[j]) * 1e-9 for k, v in m.items()}
+    parts = ("weights", "gradients", "optimizer", "activations", "gathered_weights", "weight_casts",
+             "optimizer_step_temporaries")
+    return {**{k: gb[k] for k in parts}, **({"reference": gb["reference"]} if ctx.has_reference else {}),
+            "runtime": float(ctx.eff["runtime_gb"][j]), "allocator_waste": gb["reserved"] - gb["allocated"],
+            "allocated": gb["allocated"], "reserved": gb["reserved"], "capacity": float(ctx.mem[j]) * 1e-9}
 
 
 def predict_training(job: TrainingJob, where: str | None = None) -> dict:

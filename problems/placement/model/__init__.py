@@ -10,14 +10,7 @@ import numpy as np
 
 from problems.placement.model import cost as _cost
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
-from problems.placement.model.memory import (
-    activation_bytes,
-    gathered_bytes,
-    model_state_bytes,
-    params_sharded,
-    hf_step_extras,
-    train_peak_bytes,
-)
+from problems.placement.model.memory import STATE_PARTS, train_memory
 from problems.placement.model.params import ModelContext, build_context
 from problems.placement.model.rollout import rollout_times
 from problems.placement.model.sync import GATHER_EFF, SYNC_EFF, sync_s
@@ -50,13 +43,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
 
     # ---- memory per GPU
     tp, pp, dp = f["tp"], f["pp"], tr["dp"]
-    states = model_state_bytes(ctx, tp, pp, dp, f["sharding"], f["optimizer_offload"])  # (N,)
-    acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None],
-                            f["recompute"][:, None], tr["micro_batches"])  # (N, P)
-    gathered = gathered_bytes(ctx, tp, pp, dp, f["sharding"])[:, None]
-    extras = [np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, f["sharding"], f["optimizer_offload"],
-                                                              f["recompute"])]
-    allocated, reserved = train_peak_bytes(states[:, None], acts, ctx, f["recompute"][:, None], gathered, extras)
+    mem = train_memory(ctx, f, dp, tr["micro_batches"])
+    allocated, reserved = mem["allocated"], mem["reserved"]  # (N, P)
+    states = sum(mem[k] for k in STATE_PARTS)  # (N,)
     rollout_peak = f["kv_mem_frac"][:, None] * ctx.mem
     shared = f["shared_gpus"] > 0
     peak = np.where(shared, np.maximum(reserved, rollout_peak),

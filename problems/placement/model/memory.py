@@ -89,8 +89,12 @@ def params_sharded(sharding):
     return (sharding == SHARD_Z3) | (sharding == SHARD_FSDP)
 
 
-def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload) -> np.ndarray:
-    """Weights, gradients and optimizer of the actor (+ critic for PPO, + frozen reference) per GPU."""
+STATE_PARTS = ("weights", "gradients", "optimizer", "reference")  # the keys of `model_state_parts`
+
+
+def model_state_parts(ctx: ModelContext, tp, pp, dp, sharding, offload) -> dict[str, np.ndarray]:
+    """Per GPU, bytes: the weights, gradients and optimizer state of the trained models (the actor, + the
+    critic for PPO) and the frozen reference's weights."""
     w, g, o = state_bytes_per_param(ctx.bpe)
     psh = stage_params(ctx, pp) / tp
     dpf = np.maximum(dp, 1).astype(float)
@@ -98,11 +102,15 @@ def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload) -> np.nd
     w_div = np.where(z3, dpf, 1.0)
     g_div = np.where(z3 | (sharding == SHARD_Z2), dpf, 1.0)
     o_div = np.where(sharding == SHARD_NONE, 1.0, dpf)
-    opt = np.where(offload.astype(bool), 0.0, o / o_div)
-    trained = psh * (w / w_div + g / g_div + opt)
     copies = 1.0 + ctx.has_critic
-    ref = ctx.has_reference * psh * w / w_div
-    return trained * copies + ref
+    return {"weights": psh * w / w_div * copies, "gradients": psh * g / g_div * copies,
+            "optimizer": np.where(np.asarray(offload).astype(bool), 0.0, psh * o / o_div) * copies,
+            "reference": ctx.has_reference * psh * w / w_div}
+
+
+def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload) -> np.ndarray:
+    """Weights, gradients and optimizer of the actor (+ critic for PPO, + frozen reference) per GPU."""
+    return sum(model_state_parts(ctx, tp, pp, dp, sharding, offload).values())
 
 
 def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.ndarray:
@@ -218,6 +226,24 @@ def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding) -> np.ndarray:
     held = stage if not ctx.reshard_after_forward else np.minimum(2.0 * unit, stage)
     copies = 1.0 + ctx.has_critic
     return np.where(params_sharded(sharding) & (dpf > 1), held * w * (dpf - 1) / dpf * copies, 0.0)
+
+
+def train_memory(ctx: ModelContext, f: dict[str, np.ndarray], dp, n_micro) -> dict[str, np.ndarray]:
+    """A training GPU's memory at its peak, bytes, for plans `f` trained over `dp` replicas with `n_micro`
+    micro-batches (N, P) per rank: the model states by kind ((N,), `model_state_parts`), the activations
+    (N, P), the weights ZeRO-3 / FSDP gather (N, 1), autocast's weight casts and the optimizer step's
+    temporaries (`hf_step_extras`, (N, 1)), and the peak allocated and reserved (N, P). Selective
+    checkpointing recomputes as full recomputation does, so it fragments the allocator the same way."""
+    tp, pp, sh, off = f["tp"], f["pp"], f["sharding"], f["optimizer_offload"]
+    parts = model_state_parts(ctx, tp, pp, dp, sh, off)
+    acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None], f["recompute"][:, None],
+                            n_micro)
+    gathered = gathered_bytes(ctx, tp, pp, dp, sh)[:, None]
+    casts, step = (np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, sh, off, f["recompute"]))
+    rec = (np.asarray(f["recompute"]).astype(bool) | ctx.selective_op)[:, None]
+    allocated, reserved = train_peak_bytes(sum(parts.values())[:, None], acts, ctx, rec, gathered, (casts, step))
+    return dict(parts, activations=acts, gathered_weights=gathered, weight_casts=casts,
+                optimizer_step_temporaries=step, allocated=allocated, reserved=reserved)
 
 
 def train_peak_bytes(states, acts, ctx: ModelContext, recompute=0, gathered=0.0,
