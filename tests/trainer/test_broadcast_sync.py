@@ -277,13 +277,13 @@ def test_vllm_logprobs_equal_a_zero3_dp2_trainers_after_a_broadcast(two_engines,
     """Two ranks with FSDP2-sharded parameters train a step; both gather (full_tensor, a collective)
     bucket by bucket while rank 0 broadcasts to a vLLM engine; vLLM's log-probs equal the trainer's
     within 1e-5 (fp32)."""
-    from trainer.groups import _free_port
+    from trainer.weight_sync import free_port
     from trainer.models.tiny import load_tokenizer
     from trainer.workers import TrainWorker
 
     tok = load_tokenizer(tiny_model)
     cls = ray_local.remote(num_cpus=1)(TrainWorker)
-    port = _free_port()
+    port = free_port()
     ranks = [cls.remote(str(tiny_model), r, 2, port, {"lr": 5e-3}, 4, "zero3", pad_id=tok.pad_token_id)
              for r in range(2)]
     # FSDP2 on the CPU mesh: each rank holds DTensor shards, so iter_full_state really gathers
