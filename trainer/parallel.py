@@ -178,11 +178,13 @@ def owners(params: list, dp: int) -> list[int]:
 
 
 def sq_norm(grads: list) -> torch.Tensor:
-    """Sum of squares of gradients over their full (unsharded) tensors."""
-    total = torch.zeros((), dtype=torch.float64)
+    """Sum of squares of gradients over their full (unsharded) tensors, in float64 on the gradients'
+    device: one value, read once by the caller (a read per tensor would stall a GPU's queue once per
+    parameter tensor, hundreds of times a step)."""
+    squares = []
     for g in grads:
         n = torch.linalg.vector_norm(g, 2, dtype=torch.float32)
         if hasattr(n, "full_tensor"):  # a norm over shards: reduce it before squaring
             n = n.full_tensor()
-        total += n.double().cpu() ** 2
-    return total
+        squares.append(n.double() ** 2)
+    return torch.stack(squares).sum() if squares else torch.zeros((), dtype=torch.float64)
