@@ -254,12 +254,6 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         every = ctx.layers * layer + head + pp[:, None] * p2p
         iv = float(ctx.interleave)
         per_pool = np.where(reps > 0, chunks[:, None] * (every / iv + (m - 1.0 / iv) * heaviest), 0.0)
-        j = pargmax(per_pool)[:, None]
-        at = lambda v: np.take_along_axis(np.broadcast_to(v, per_pool.shape), j, 1)[:, 0]  # noqa: E731
-        compute = pmax(per_pool)
-        tp_part = chunks * at((ctx.layers / iv + (m - 1.0 / iv) * per_stage) * tp_comm)
-        pp_part = chunks * at((pp[:, None] / iv + m - 1.0 / iv) * xfer)
-        bubble = chunks * at(every - heaviest) / iv
 
     # gradient synchronisation over all replicas (actor, + critic for PPO)
     w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
@@ -278,7 +272,6 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     dp_sync = dp_gradient_sync_s(grad_bytes, dp, g, nodes, intra_min, inter_min, cross_bw, regions,
                                  np.zeros(len(dp), dtype=bool), lat, gpn_min)
     dp_sync = np.where(zero3, 0.0, dp_sync)
-    m_rank = pmax(np.where(reps > 0, m, 0.0)) * chunks
     units = (np.max(ctx.stage_layers) if staged else np.ceil(ctx.layers / pp)) + 1.0
     # each forward pass gathers the stage's weights (recomputation re-runs a unit whose weights the
     # backward has gathered anyway), each backward again unless units stay unsharded after forward,
@@ -287,12 +280,27 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     stage_w = stage_params(ctx, pp) / tp
     ring = dp_ring_bw(intra_min, inter_min, gpn_min, g, nodes, cross_bw, regions)
     traffic, one_ag = fsdp_traffic_s(stage_w * w_b, stage_w * g_b, dp, ring, lat, gathers, n_bwd)
-    mb_compute = pmax(np.where(reps > 0, stage_layers_max * layer - tp_comm * stage_layers_max, 0.0))
-    exposed = np.maximum(traffic - mb_compute, 0.0) + gathers * one_ag / units
+    # each pool's ranks against their own micro-batches (N, P): a faster pool runs more of them, each
+    # hiding less; an explicit layout's replicas are one pipeline, its stages' slowest micro-batch
+    col = lambda v: np.reshape(v, (-1, 1))  # noqa: E731  ((N,) -> (N, 1))
+    mb_compute = np.where(reps > 0, stage_layers_max * layer - tp_comm * stage_layers_max, 0.0)
+    m_rank = np.where(reps > 0, m, 0.0) * chunks[:, None]
+    if staged:
+        mb_compute, m_rank = col(pmax(mb_compute)), col(pmax(m_rank))
+    exposed = np.maximum(col(traffic) - mb_compute, 0.0) + col(gathers * one_ag / units)
     # and each collective its ring latency and FSDP's per-op cost (copy-in/out, hooks), unit by unit
     ag, rs = fsdp_collectives(units, n_fwd, n_bwd)
     fsdp_op = pmax(np.where(used, (dp[:, None] - 1.0) * e["collective_latency_s"] + e["fsdp_op_s"], 0.0))
-    dp_sync = np.where(zero3 & (dp > 1), m_rank * (exposed + models * (ag + rs) * fsdp_op), dp_sync)
+    sync = np.where(col(zero3 & (dp > 1)), m_rank * (exposed + col(models * (ag + rs) * fsdp_op)), col(dp_sync))
+    if staged:
+        dp_sync = sync[:, 0]
+    else:  # the step waits for the pool whose compute and exposed traffic together take longest
+        j = pargmax(np.where(reps > 0, per_pool + sync, -np.inf))[:, None]
+        at = lambda v: np.take_along_axis(np.broadcast_to(v, per_pool.shape), j, 1)[:, 0]  # noqa: E731
+        compute, dp_sync = at(per_pool), at(sync)
+        tp_part = chunks * at((ctx.layers / iv + (m - 1.0 / iv) * per_stage) * tp_comm)
+        pp_part = chunks * at((pp[:, None] / iv + m - 1.0 / iv) * xfer)
+        bubble = chunks * at(every - heaviest) / iv
     # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
     # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
     psh = stage_params(ctx, pp) / tp
@@ -321,7 +329,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         "selective_recompute_flops": ctx.layers * sel_f * ctx.samples,
         "micro_batch_eff": pmax(np.where(reps > 0, mb_eff, 0.0)),
         "dp_cross_region_bytes": np.where((regions > 1) & (dp > 1), np.where(
-            zero3, (regions - 1) * u * m_rank * (gathers * w_b + n_bwd * g_b) * stage_w * g, 2.0 * (regions - 1) * grad_bytes),
+            zero3, (regions - 1) * u * pmax(m_rank) * (gathers * w_b + n_bwd * g_b) * stage_w * g, 2.0 * (regions - 1) * grad_bytes),
             0.0),
         "train_regions": regions,
     }
