@@ -84,7 +84,7 @@ def check_executor(target: str, plan: Plan, plan_path: Path, cluster, workload, 
 
     problem = PlacementProblem(cluster, workload, executor=target)
     try:
-        why = problem.executor_problem(plan)
+        why = problem.executor_refusal(plan)
     except ValueError as err:  # a layout outside the search space the rules are written for
         why = f"{problem.executor.runs} cannot be checked for it ({err})"
     if why is None:
@@ -93,9 +93,14 @@ def check_executor(target: str, plan: Plan, plan_path: Path, cluster, workload, 
     run_dir = _front_dir(front, plan_path)
     if run_dir is not None:
         near = nearest_runnable(problem, plan, run_dir)
-        hint = (f"the nearest plan of {run_dir} it can run: {near.plan_id}, "
-                f"{near.predicted['throughput_samples_s']:.3g} samples/s at ${near.predicted['cost_usd_h']:.2f}/h"
-                if near is not None else f"no plan of {run_dir} is one it can run; {hint}")
+        if near is not None:
+            thr, cost = near.predicted["throughput_samples_s"], near.predicted["cost_usd_h"]
+            if problem.executor_note:  # the target runs the workload otherwise: its figures as it runs it
+                r = problem.evaluate_plans([near])
+                thr, cost = float(r["throughput_samples_s"][0]), float(r["cost_usd_h"][0])
+            hint = f"the nearest plan of {run_dir} it can run: {near.plan_id}, {thr:.3g} samples/s at ${cost:.2f}/h"
+        else:
+            hint = f"no plan of {run_dir} is one it can run; {hint}"
     raise InputError(str(plan_path), "executor", why, hint)
 
 
@@ -112,7 +117,7 @@ def nearest_runnable(problem, plan: Plan, run_dir: Path) -> Plan | None:
     best, key = None, None
     for p in run.all_plans:
         try:
-            if problem.executor_problem(p) is not None:
+            if problem.executor_refusal(p) is not None:
                 continue
         except ValueError:
             continue

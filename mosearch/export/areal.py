@@ -145,10 +145,11 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
         out.append(f"workload assumes {K.WHAT[k]} (elementwise_kernels {k}); AReaL 1.0.4's Megatron engine has no "
                    "key for Megatron's RoPE and activation fusions (its model bridge sets them): the kernels it runs "
                    "may differ, and training time with them.")
-    elif k and k != "eager":
+    elif k and k != "eager" and plan.executor != "areal":  # an AReaL front's figures are already eager's
         out.append(f"workload assumes {K.WHAT[k]} (elementwise_kernels {k}); AReaL 1.0.4's FSDP engine runs Hugging "
-                   "Face's eager modules (no switch): training slower than predicted; set elementwise_kernels: eager "
-                   "in the workload to plan for that.")
+                   "Face's eager modules (no switch): training slower and its activations larger than this plan "
+                   "predicted (the export checked that they still fit); `mosearch plan --executor areal` scores "
+                   "plans so.")
     note = ctx.weights_note(["actor.path", "tokenizer_path"] + (["critic.path"] if ctx.algorithm == "ppo" else [])
                             + (["ref.path"] if ctx.reference else []))
     out += [note] if note else []

@@ -47,6 +47,7 @@ class PlanOutcome:
     front: np.ndarray | None = None  # rows of plans on the epsilon front people read (front.csv)
     evaluations: int = 0  # seeding + search: the one count every output reports
     restriction: dict | None = None  # what the executor's rules cost (planner/restriction.py)
+    executor_note: str | None = None  # how the executor runs the workload differently (executors.scored_workload)
 
 
 def _versions() -> dict[str, str]:
@@ -281,7 +282,8 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
-                       result.evaluations + corners.evaluations + _polish_evals(polished), cost)
+                       result.evaluations + corners.evaluations + _polish_evals(polished), cost,
+                       problem.executor_note)
 
 
 def _polish_evals(bp) -> int:
@@ -337,6 +339,7 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "workload": {"path": str(workload), "sha256": file_sha256(workload)},
         "executor": problem.executor.name,
         "executor_runs": problem.executor.runs,
+        "executor_note": problem.executor_note,
         "restriction": getattr(problem, "restriction", None),
         "algorithm": settings.algorithm,
         "seed": settings.seed,

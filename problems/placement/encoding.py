@@ -316,6 +316,7 @@ class Layout:
                                 pipeline_chunks=int(f["pipeline_chunks"])),
             weight_sync=WeightSync(route=ROUTES[int(f["route"])]),
             predicted=predicted or {},
+            executor=self.executor.name if self.executor is not None else None,
         )
 
     def from_plan(self, plan: Plan, cluster: Cluster) -> np.ndarray:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
-from problems.placement.names import MODES, SHARDINGS
+from problems.placement.names import EAGER_KERNELS, EXECUTOR_NAMES, MODES, SHARDINGS
 
 DEFAULT_EXECUTOR = "mosearch"
 _NONE, _Z1, _Z2, _Z3, _FSDP = range(5)
@@ -64,6 +64,9 @@ class Executor:
     batch: str = ""  # "verl" | "rlinf"
     colocated_rollout_tp1: bool = False
     rollout_tp_le_train_tp: bool = False  # with Megatron
+    # its FSDP trainer runs Hugging Face's eager modules whatever the workload says (no kernel switch):
+    # the front is scored so (`scored_workload`)
+    eager_modules: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -81,7 +84,8 @@ EXECUTORS: dict[str, Executor] = {
     "areal": Executor(
         "areal", "AReaL 1.0.4", megatron_on=("pp",), fsdp_shardings=("zero3", "fsdp"), megatron_shardings=("zero1",),
         fsdp_offload=False, megatron_offload=False, one_rollout_tp=True, streams_chunks=False, staged_sync=False,
-        equal_stages=True, whole_nodes=True, nodes="logical", batch="areal", colocated_rollout_tp1=True),
+        equal_stages=True, whole_nodes=True, nodes="logical", batch="areal", colocated_rollout_tp1=True,
+        eager_modules=True),
     "rlinf": Executor(
         "rlinf", "RLinf 0.3.0 (reasoning runner)", modes=("colocated",), megatron_on=("tp", "pp", "critic"),
         fsdp_shardings=("none", "zero2", "zero3", "fsdp"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
@@ -90,8 +94,26 @@ EXECUTORS: dict[str, Executor] = {
 }
 
 
+assert tuple(EXECUTORS) == EXECUTOR_NAMES  # the plan schema validates against the names alone
+
+
 def get(name: str | None) -> Executor:
     return EXECUTORS[name or DEFAULT_EXECUTOR]
+
+
+def scored_workload(ex: Executor, workload):
+    """(the workload as the executor runs it, the line that says how it differs or None). AReaL 1.0.4's
+    FSDP engine builds Hugging Face modules with no switch for fused kernels (its FSDPEngineConfig in
+    cli_args.py has no key for them; docs/export.md), so its plans' layers are eager: slower, and they keep more activations (model/memory.py
+    `hf_layer_bytes_per_token`). Megatron-engine plans (pp > 1) are scored the same way: that engine's
+    fusions are set by its model bridge, with no key either."""
+    import dataclasses
+
+    if not ex.eager_modules or workload.elementwise_kernels == EAGER_KERNELS:
+        return workload, None
+    return (dataclasses.replace(workload, elementwise_kernels=EAGER_KERNELS),
+            f"{ex.runs} trains Hugging Face's eager modules (no switch for fused kernels): its plans are scored with "
+            f"elementwise_kernels {EAGER_KERNELS}, where the workload says {workload.elementwise_kernels}")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # -- execution modes ------------------------------------------------------------------------------
+# -- the executors a front is searched for (problems/placement/executors.py holds their rules) ---------
+EXECUTOR_NAMES: tuple[str, ...] = ("mosearch", "verl", "areal", "rlinf")
+
 MODES: tuple[str, ...] = ("colocated", "disaggregated", "async")
 COLOCATED, DISAGGREGATED, ASYNC = MODES
 # the value of each mode in the plan vector and the model's arrays

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from problems.placement.names import ASYNC, COLOCATED, MODES, ROUTES, SHARDINGS
+from problems.placement.names import ASYNC, COLOCATED, EXECUTOR_NAMES, MODES, ROUTES, SHARDINGS
 from problems.specio import load_model
 
 SCHEMA_VERSION = 1
@@ -23,6 +23,7 @@ SCHEMA_VERSION = 1
 ExecutionMode = Literal[MODES]
 Sharding = Literal[SHARDINGS]
 SyncRoute = Literal[ROUTES]
+ExecutorName = Literal[EXECUTOR_NAMES]
 
 
 class _Strict(BaseModel):
@@ -116,12 +117,16 @@ class Plan(_Strict):
     weight_sync: WeightSync
     predicted: dict[str, float] = Field(default_factory=dict, description="objectives and step breakdown the model predicted")
     chosen_by: Selection | None = None
+    executor: ExecutorName | None = Field(
+        default=None, description="the executor whose front the plan is from (`mosearch plan --executor`): "
+                                  "its figures are scored as that executor runs the workload")
 
     @model_serializer(mode="wrap")
     def _without_unset_choice(self, handler):
         out = handler(self)
-        if isinstance(out, dict) and out.get("chosen_by") is None:
-            out.pop("chosen_by", None)  # plans of a front were not picked: their files stay as they were
+        for key in ("chosen_by", "executor"):  # unset: the files of plans without them stay as they were
+            if isinstance(out, dict) and out.get(key) is None:
+                out.pop(key, None)
         return out
 
     @model_validator(mode="after")

@@ -375,6 +375,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     `mini_batches` > 1: that many optimizer updates per step, each on a slice of the batch, and no
     elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
     the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
+    from problems.placement.executors import get as executor_named, scored_workload
     from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 
@@ -398,6 +399,8 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
                          f"{changes.get('response_mean', wl.response_mean)}", "at least --response-mean, or the "
                          "workload's response_len.mean")
     wl = dataclasses.replace(wl, **changes)
+    # a plan of a front searched for an executor is scored as that executor runs the workload
+    wl, executor_note = scored_workload(executor_named(plan.executor), wl)
     prob = PlacementProblem(cl, wl)
     prob.ctx.updates = int(mini_batches)
     counts = {q.id: q.count for q in cl.pools}
@@ -421,7 +424,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     train = {p.pool for p in plan.pools if p.train_gpus + p.shared_gpus}
     out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(cl.pools)
                                          if q.id in train), default=0.0))
-    out["assumptions"] = prior_notes(cl) + engine_notes(prob.ctx, cl)
+    out["assumptions"] = prior_notes(cl) + engine_notes(prob.ctx, cl) + ([executor_note] if executor_note else [])
     return out
 
 

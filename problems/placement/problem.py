@@ -64,19 +64,21 @@ class PlacementProblem(Problem):
                  min_throughput: float | None = None, max_staleness: float | None = None,
                  max_mem_frac: float = 1.0, efficiencies: dict[str, dict[str, float]] | None = None,
                  executor: str | None = None):
-        from problems.placement.executors import get as executor_named
+        from problems.placement.executors import get as executor_named, scored_workload
 
         self.cluster = cluster
-        self.workload = workload
+        self.workload = workload  # as given (a problem without the executor starts from it)
         self.executor = executor_named(executor)  # the executor the plans are for
+        # the workload as the executor runs it, and the line that says where that differs
+        scored, self.executor_note = scored_workload(self.executor, workload)
         self.limits = {"max_cost_usd_h": max_cost_usd_h, "min_throughput": min_throughput,
                        "max_staleness": max_staleness, "max_mem_frac": max_mem_frac}
         # fitted by calibration (the cluster's profiles), then any given here on top
         self.efficiencies = {g: dict(v) for g, v in cluster.efficiencies.items()}
         for gpu, over in (efficiencies or {}).items():
             self.efficiencies.setdefault(gpu, {}).update(over)
-        self.layout = Layout.build(cluster, workload, self.executor.name)
-        self.ctx: ModelContext = _model.build_context(cluster, workload, self.efficiencies)
+        self.layout = Layout.build(cluster, scored, self.executor.name)
+        self.ctx: ModelContext = _model.build_context(cluster, scored, self.efficiencies)
         self.cluster_ref = _spec_ref(cluster.name, cluster.path)
         self.workload_ref = _spec_ref(workload.name, workload.path)
         xl, xu = self.layout.bounds()
@@ -165,6 +167,20 @@ class PlacementProblem(Problem):
         if L.executor is None:
             return None
         return why(L.executor, L, L.fields(self.encode(plan)[None, :]), L.rule_ctx)
+
+    def executor_refusal(self, plan: Plan) -> str | None:
+        """Why this problem's executor cannot run `plan` as planned: the first rule it breaks, or, where
+        the executor runs the workload otherwise than it was given (`executor_note`), the memory the plan
+        then needs beyond its GPUs'."""
+        rule = self.executor_problem(plan)
+        if rule is not None or self.executor_note is None:
+            return rule
+        frac = float(self.evaluate_plans([plan])["peak_mem_frac"][0])
+        if frac > 1.0:
+            return (f"{self.executor.runs} trains Hugging Face's eager modules (the workload says "
+                    f"{self.workload.elementwise_kernels}): with their activations the plan needs {frac:.0%} of its "
+                    f"GPUs' memory (by the model)")
+        return None
 
     def evaluate_plans(self, plans: list[Plan]) -> dict[str, np.ndarray]:
         return self.evaluate_matrix(np.array([self.encode(p) for p in plans]))

@@ -107,3 +107,39 @@ def test_rules_name_what_each_executor_refuses():
         assert ok.mean() > 0.5, (executor, ok.mean())
         for x in R[ok][:40]:
             assert pb.executor_problem(pb.decode(x, lifetime=False)) is None
+
+
+def test_an_areal_front_is_scored_with_the_eager_modules_it_runs(tmp_path):
+    """AReaL's FSDP engine has no switch for fused kernels: a problem for AReaL scores a fused workload's
+    plans with eager layers (slower, more activations) and says so; its plans carry the executor, so
+    `predict --plan` scores them the same way; a plan scored fused that no longer fits with eager layers
+    is refused for AReaL in one line, naming the memory it would need."""
+    from problems.placement.predict import predict_plan
+
+    cp, wp = _paths("mixed-64", "qwen2.5-7b-grpo")
+    c, w = load_cluster(cp), load_workload(wp)
+    assert w.elementwise_kernels == "fused"
+    free, areal = PlacementProblem(c, w), PlacementProblem(c, w, executor="areal")
+    assert free.executor_note is None and PlacementProblem(c, w, executor="verl").executor_note is None
+    assert "eager modules" in areal.executor_note and "fused" in areal.executor_note
+    X = areal.layout.repair(areal.xl + np.random.default_rng(2).random((400, areal.n_var)) * (areal.xu - areal.xl))
+    ra, rf = areal.evaluate_matrix(X), free.evaluate_matrix(X)
+    assert (ra["peak_mem_frac"] >= rf["peak_mem_frac"]).all() and (ra["peak_mem_frac"] > rf["peak_mem_frac"]).any()
+    assert (ra["step_s"] >= rf["step_s"] * (1 - 1e-9)).all()
+    # a plan of the AReaL problem says so, and predict scores it as the front did
+    ok = np.flatnonzero((ra["executor"] == 0) & (ra["peak_mem_frac"] <= 1.0))
+    plan = areal.decode(X[ok[0]], plan_id="p000", lifetime=False)
+    assert plan.executor == "areal"
+    path = tmp_path / "p000.yaml"
+    path.write_text(plan.to_yaml())
+    got = predict_plan(path)
+    assert got["throughput_samples_s"] == pytest.approx(plan.predicted["throughput_samples_s"], rel=1e-9)
+    assert any("eager modules" in a for a in got["assumptions"])
+    # fits as planned (fused) but not with AReaL's layers: refused, in one line
+    tight = np.flatnonzero((ra["executor"] == 0) & (rf["peak_mem_frac"] <= 1.0) & (ra["peak_mem_frac"] > 1.0))
+    assert len(tight)
+    fused_plan = free.decode(X[tight[0]], lifetime=False)
+    assert fused_plan.executor is None and areal.executor_problem(fused_plan) is None
+    why = areal.executor_refusal(fused_plan)
+    assert why.startswith("AReaL 1.0.4 trains Hugging Face's eager modules") and "\n" not in why
+    assert f"{ra['peak_mem_frac'][tight[0]]:.0%} of its GPUs' memory" in why
