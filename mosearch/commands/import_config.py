@@ -70,7 +70,7 @@ def import_plan(source: str, config: str | None, overrides: list[str], cluster_p
         cfg["_hydra"] = {"config_name": config_name, "model_engine": groups.get("model_engine")}
     shape = READERS[source](cfg, where)
     cluster, workload = load_cluster(cluster_path), load_workload(workload_path)
-    largest = max(p.gpus_per_node for p in cluster.pools)
+    largest = max(max(p.node_sizes, default=p.gpus_per_node) for p in cluster.pools)
     if shape.node_gpus is not None and shape.node_gpus[1] > largest:
         key, n = shape.node_gpus
         raise InputError(where, key, f"{n} GPUs per node, but the nodes of cluster {cluster.name!r} hold at most "

@@ -134,8 +134,8 @@ def run(args) -> int:
     out.print(front_table(top, outcome.baselines,
                           f"{len(shown)} distinct plans of {len(outcome.plans)} Pareto plans found (fastest 10 shown; "
                           f"the rest: mosearch show {args.out})", knee_id))
-    if outcome.executor_note:
-        out.print(outcome.executor_note)
+    for note in outcome.notes:
+        out.print(note)
     if outcome.restriction is not None:
         from mosearch.planner.restriction import describe
 

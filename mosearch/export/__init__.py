@@ -46,7 +46,7 @@ def render(target: str, plan: Plan, ctx: ExportContext | None = None) -> str:
             f"cluster {plan.cluster.name} (sha256 {plan.cluster.sha256[:12]}), workload {plan.workload.name}, "
             f"mode {plan.execution.mode}, staleness bound {plan.execution.staleness_bound}",
             "layout:"] + ["  " + s for s in layout_lines(plan, ctx)]
-    notes = NOTES[target](plan, ctx)
+    notes = list(ctx.cluster_notes) + NOTES[target](plan, ctx)
     if notes:
         head += ["notes:"] + [f"  - {n}" for n in notes]
     comment = "".join(f"# {line}\n" for line in head)

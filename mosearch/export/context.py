@@ -16,6 +16,8 @@ DEFAULT_GPUS_PER_NODE = 8
 @dataclass(frozen=True)
 class ExportContext:
     gpus_per_node: dict[str, int] = field(default_factory=dict)  # pool id -> GPUs per node
+    node_sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pool id -> each node's GPUs, if uneven
+    cluster_notes: tuple[str, ...] = ()  # what plans assume of the cluster (`Cluster.notes`)
     pool_order: tuple[str, ...] = ()  # pool ids in the cluster file's order
     model: str | None = None
     algorithm: str | None = None  # "grpo" | "ppo"
@@ -34,6 +36,8 @@ class ExportContext:
         fields: dict = {}
         if cluster is not None:
             fields.update(gpus_per_node={p.id: p.gpus_per_node for p in cluster.pools},
+                          node_sizes={p.id: p.node_sizes for p in cluster.pools if p.node_sizes},
+                          cluster_notes=tuple(cluster.notes),
                           pool_order=tuple(p.id for p in cluster.pools))
         if workload is not None:
             w = workload

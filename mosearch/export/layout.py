@@ -43,8 +43,18 @@ def used_pools(plan: Plan, ctx: ExportContext) -> list[PoolRoles]:
 def nodes(plan: Plan, ctx: ExportContext) -> list[Node]:
     out: list[Node] = []
     for p in used_pools(plan, ctx):
-        size = ctx.node_size(p.pool, at_least=p.rollout_tp)
         roles = [ROLLOUT] * p.rollout_gpus + [TRAIN] * p.train_gpus + [SHARED] * p.shared_gpus
+        real = ctx.node_sizes.get(p.pool)
+        if real:  # nodes of different sizes: the machines as they are, largest first (every size is a
+            # multiple of the plan's node size, so no TP group or engine is cut)
+            start = 0
+            for size in sorted(real, reverse=True):
+                if start >= len(roles):
+                    break
+                out.append(Node(p.pool, p.gpu, p.region, size, tuple(roles[start:start + size])))
+                start += size
+            continue
+        size = ctx.node_size(p.pool, at_least=p.rollout_tp)
         out += [Node(p.pool, p.gpu, p.region, size, tuple(roles[i:i + size])) for i in range(0, len(roles), size)]
     # full nodes before partial ones among rollout-only nodes (the idle gap then sits at the
     # rollout/training boundary), partial training-only nodes last (the gap sits at the end)

@@ -47,7 +47,7 @@ class PlanOutcome:
     front: np.ndarray | None = None  # rows of plans on the epsilon front people read (front.csv)
     evaluations: int = 0  # seeding + search: the one count every output reports
     restriction: dict | None = None  # what the executor's rules cost (planner/restriction.py)
-    executor_note: str | None = None  # how the executor runs the workload differently (executors.scored_workload)
+    notes: tuple[str, ...] = ()  # what the front assumes: the cluster's (`Cluster.notes`), the executor's
 
 
 def _versions() -> dict[str, str]:
@@ -283,7 +283,7 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
                        result.evaluations + corners.evaluations + _polish_evals(polished), cost,
-                       problem.executor_note)
+                       tuple(problem.cluster.notes) + ((problem.executor_note,) if problem.executor_note else ()))
 
 
 def _polish_evals(bp) -> int:

@@ -305,8 +305,9 @@ PRECISION_MEANING = {
 
 
 def prior_notes(cluster: Cluster) -> list[str]:
-    """One line per GPU type whose efficiencies come (partly) from its generation's prior."""
-    out = []
+    """What the cluster's figures assume: its pools' uneven nodes (`Cluster.notes`), and one line per GPU
+    type whose efficiencies come (partly) from its generation's prior."""
+    out = list(cluster.notes)
     for p in cluster.pools:
         by_source: dict[str, list[str]] = {}
         for k, v in sorted(p.gpu.sources.items()):

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -103,9 +104,10 @@ class Pool:
     gpu: GPUType
     region: str
     count: int
-    gpus_per_node: int
+    gpus_per_node: int  # the node size plans are made for: every node's size where they are one size
     intra_gbs: float
     inter_gbs: float
+    node_sizes: tuple[int, ...] = ()  # each real node's GPUs, in the cluster file's order, where sizes differ
 
     @property
     def max_tp(self) -> int:
@@ -125,6 +127,18 @@ class Cluster:
     profiles: dict[str, str] = field(default_factory=dict)  # GPU type -> profile path used
     # per GPU type, model parameters fitted by calibration that are not catalog figures
     efficiencies: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per pool whose nodes differ in size: what plans assume of them."""
+        out = []
+        for p in self.pools:
+            if p.node_sizes:
+                sizes = " and ".join(str(n) for n in sorted(set(p.node_sizes), reverse=True))
+                out.append(f"{self.path}: {p.id} has nodes of {sizes} GPUs: plans treat them as nodes of "
+                           f"{p.gpus_per_node} (the sizes' common divisor), so no TP group or engine straddles two "
+                           "machines; the faster links inside the larger nodes are not counted")
+        return out
 
     @property
     def total_gpus(self) -> int:
@@ -278,15 +292,19 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
     for (gpu_name, region), groups in grouped.items():
         gpu = types[gpu_name]
         intra = min((g.intra_node or gpu.intra_node).bandwidth_gbs for g in groups)
+        sizes = tuple(g.gpus_per_node for g in groups for _ in range(g.nodes))
         pools.append(Pool(
             id=f"{gpu_name}@{region}",
             gpu=gpu,
             region=region,
-            count=sum(g.nodes * g.gpus_per_node for g in groups),
-            gpus_per_node=min(g.gpus_per_node for g in groups),
+            count=sum(sizes),
+            # nodes of different sizes: planned as nodes of their common divisor, which every real node
+            # holds a whole number of (TP groups and engines then fit inside a machine)
+            gpus_per_node=math.gcd(*sizes),
             intra_gbs=intra,
             # a pool's nodes talk over the slowest network among its groups
             inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
+            node_sizes=sizes if len(set(sizes)) > 1 else (),
         ))
     return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies)
 

@@ -98,6 +98,41 @@ def test_six_and_ten_gpu_servers_take_the_tp_degrees_that_tile_them(tmp_path):
     assert opts == {"RTX-4090@r": [1, 2], "L40S@r": [1, 2]}  # vLLM also needs the 28 heads divided
 
 
+def test_nodes_of_different_sizes_are_planned_at_their_common_divisor_and_exported_as_they_are(tmp_path):
+    """One GPU type in one region on an 8-GPU and a 4-GPU machine (and a 3-GPU one): plans take nodes of
+    the sizes' common divisor, which every machine holds whole, and say so; the export lists the real
+    machines (not made-up nodes of the smallest size)."""
+    from mosearch.export import ExportContext, layout_lines
+    from problems.placement.plan import Plan
+
+    path = tmp_path / "c.yaml"
+    groups = "  - {gpu: H100, nodes: 1, gpus_per_node: 8, region: r}\n  - {gpu: H100, nodes: 1, gpus_per_node: 4, region: r}\n"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\nnode_groups:\n" + groups)
+    cluster = load_cluster(path)
+    (pool,) = cluster.pools
+    assert (pool.count, pool.gpus_per_node, pool.node_sizes) == (12, 4, (8, 4))
+    (note,) = cluster.notes
+    assert note.startswith(f"{path}: H100@r has nodes of 8 and 4 GPUs: plans treat them as nodes of 4")
+    path.write_text(path.read_text() + "  - {gpu: H100, nodes: 1, gpus_per_node: 3, region: r}\n")
+    assert load_cluster(path).pools[0].gpus_per_node == 1
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\nnode_groups:\n" + groups.replace("8", "4"))
+    uniform = load_cluster(path)
+    assert (uniform.pools[0].gpus_per_node, uniform.pools[0].node_sizes, uniform.notes) == (4, (), [])
+    # an 8-GPU rollout engine set and 4 training GPUs on the 8 + 4 machines
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\nnode_groups:\n" + groups)
+    ref = {"name": "c", "path": str(path), "sha256": "0" * 64}
+    plan = Plan.model_validate({
+        "plan_id": "p", "cluster": ref, "workload": dict(ref, name="w"),
+        "pools": [{"pool": "H100@r", "gpu": "H100", "region": "r", "rollout_gpus": 8, "train_gpus": 4,
+                   "shared_gpus": 0, "rollout_tp": 4}],
+        "rollout": {"kv_mem_frac": 0.8, "max_num_seqs": 64},
+        "train": {"dp": 1, "tp": 4, "pp": 1, "sharding": "none", "micro_batch": 1},
+        "execution": {"mode": "async", "staleness_bound": 1, "pipeline_chunks": 1},
+        "weight_sync": {"route": "direct"}})
+    assert layout_lines(plan, ExportContext.from_specs(cluster)) == [
+        "node 0: H100@r, GPUs 0-7: rollout 8", "node 1: H100@r, GPUs 8-11: train 4"]
+
+
 def test_widest_path_routes_through_a_relay(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(
