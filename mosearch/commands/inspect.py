@@ -87,20 +87,17 @@ def training_state_gb(workload: Workload) -> float:
 
 
 def verdict(cluster: Cluster, workload: Workload) -> tuple[bool, str]:
-    m, b = workload.model, workload.bytes_per_param
-    weights = m.params * b / GB
-    # One rollout replica must hold the weights within one node (TP <= GPUs per node).
-    best = max(cluster.pools, key=lambda p: p.gpus_per_node * p.gpu.memory_gb)
-    node_mem = best.gpus_per_node * best.gpu.memory_gb
-    if weights > node_mem:
-        return False, (f"weights of {m.name} need {weights:.1f} GB per replica; the largest GPU group with "
-                       f"TP<={best.gpus_per_node} has {best.gpus_per_node} x {best.gpu.memory_gb:g} GB")
-    state = training_state_gb(workload)
-    if state > cluster.total_memory_gb:
-        return False, (f"training state of {m.name} ({workload.algorithm}) needs {state:,.1f} GB even fully "
-                       f"sharded; the whole cluster has {cluster.total_memory_gb:,.0f} GB")
-    return True, (f"fits: weights {weights:.3g} GB fit one {best.gpu.name} node ({node_mem:g} GB); "
-                  f"training state {state:,.3g} GB before sharding, cluster {cluster.total_memory_gb:,.0f} GB")
+    """Whether some plan can fit memory: the planner's own proof (`structural_infeasibility`: the widest
+    engine, and the smallest training footprint of any layout, optimizer offload included)."""
+    from problems.placement.explain import structural_infeasibility
+
+    reason = structural_infeasibility(cluster, workload, cluster.efficiencies or None)
+    if reason is not None:
+        return False, reason
+    weights = workload.model.params * workload.bytes_per_param / GB
+    return True, (f"fits: some layout holds {workload.model.name} (weights {weights:.3g} GB; training state "
+                  f"{training_state_gb(workload):,.3g} GB before sharding and offload; cluster "
+                  f"{cluster.total_memory_gb:,.0f} GB); `mosearch plan` finds which")
 
 
 def run(args: argparse.Namespace) -> int:
