@@ -64,6 +64,20 @@ def test_verl_rows_are_colocated_on_one_type(problems):
         assert set(types[x[:P] > 0]) == {label}
 
 
+@pytest.mark.parametrize("case", SHIPPED[:4], ids=lambda c: c[0])
+def test_verl_rows_are_plans_verl_can_start(problems, case):
+    """The baseline is verl as it ships: every row passes verl's own start-up rules (no CPU optimizer
+    step with FSDP, the distributed optimizer with Megatron)."""
+    from problems.placement.problem import PlacementProblem
+
+    p = problems[case]
+    verl = PlacementProblem(p.cluster, p.workload, executor="verl")
+    res = BASELINE_PLANNERS["verl-colocated"](p, evals=4000, seed=0)
+    for x in res.X:
+        plan = p.decode(x, lifetime=False)
+        assert verl.executor_problem(plan) is None, (case, plan.train)
+
+
 @pytest.mark.slow
 def test_exact_front_covers_every_baseline_on_mixed8():
     """The enumerated front of mixed-8 (one KV level, shared with the baselines) is feasible and

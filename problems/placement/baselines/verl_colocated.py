@@ -5,8 +5,12 @@ FSDP actor and the vLLM rollout, switching context between phases (shared refere
 systems.md). Fixed as verl ships it: FSDP sharding, no pipeline parallelism, colocated mode,
 vLLM max_num_seqs 1024 (verl's rollout default); searched as verl users tune them: rollout
 TP (`tensor_model_parallel_size`), `gpu_memory_utilization` (on the enumeration's KV grid),
-micro-batch per GPU, gradient checkpointing, optimizer offload, and training TP (the Megatron
-backend) when FSDP alone does not fit. Each GPU type: its pools one at a time and all together.
+micro-batch per GPU, gradient checkpointing, and training TP (the Megatron backend, with its distributed
+optimizer and `optimizer_cpu_offload`) when FSDP alone does not fit. verl's FSDP workers have no CPU optimizer
+step (their optimizer offload moves the states between phases, which colocated mode's context switch
+already is), so FSDP candidates keep the optimizer on the GPUs (problems/placement/executors.py, verl's
+rules), and every candidate is moved to the nearest plan verl starts (its executor repair: the batch
+divisible by the trainer GPUs, whole nodes); those the repair cannot make startable are dropped. Each GPU type: its pools one at a time and all together.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from problems.placement.baselines._common import Scorer, budgeted, pools_of_type
 from problems.placement.encoding import LOG2_MB_RANGE
 from problems.placement.names import SHARDINGS
 from problems.placement.enumerate import KV_GRID
+from problems.placement.executors import violation_count
 from problems.placement.problem import PlacementProblem
 
 VERL_MAX_NUM_SEQS_LOG2 = 10  # 1024
@@ -37,7 +42,12 @@ def candidates(problem: PlacementProblem, pools: list[int], kv_grid=KV_GRID) -> 
             (0, 1), (0, 1), kv_grid):
         if lay.tp_options[tp_i] > min(lay.gpn[i] for i in pools):
             continue
+        megatron = lay.tp_options[tp_i] > 1
+        if off and not megatron:  # FSDP: no CPU optimizer step in verl
+            continue
         x = base.copy()
+        if megatron:  # its distributed optimizer: the optimizer state sharded, ZeRO-1
+            x[lay.g("sharding")] = SHARDINGS.index("zero1")
         for i in pools:
             x[i] = x[P + i] = lay.counts[i]
             opts = list(lay.rtp_options[i][: lay.rtp_n[i]])
@@ -56,6 +66,9 @@ def plan(problem: PlacementProblem, budget_usd_h: float | None = None, evals: in
     """Best colocated plan per GPU type by throughput (rows best first; feasible ones first)."""
     prob = budgeted(problem, budget_usd_h)
     score = Scorer(prob)
+    # verl's start-up rules (batch divisible by the trainer GPUs, whole nodes, ...) applied as the
+    # executor's repair: a row is a plan verl starts as planned
+    verl = PlacementProblem(problem.cluster, problem.workload, executor="verl").layout
     rng = np.random.default_rng(seed)
     out_X, out_F, out_ok, out_v, labels = [], [], [], [], []
     for gpu, idx in pools_of_type(prob).items():
@@ -63,12 +76,13 @@ def plan(problem: PlacementProblem, budget_usd_h: float | None = None, evals: in
         C = np.vstack([candidates(prob, s, kv_grid) for s in sets])
         if evals is not None and len(C) > evals:
             C = C[rng.choice(len(C), evals, replace=False)]
-        R, F, ok, viol, _ = score(C)
+        R, F, ok, viol, _ = score(verl.repair(C))
         # repair must keep the plan colocated on this type's GPUs only
         P = prob.layout.n_pools
         other = np.ones(P, bool)
         other[idx] = False
         stay = (R[:, prob.layout.g("mode")] == 0) & ~((R[:, :P] > 0) & other).any(axis=1)
+        stay &= violation_count(verl.executor, verl, verl.fields(R), verl.rule_ctx) == 0  # what repair cannot fix
         R, F, ok, viol = R[stay], F[stay], ok[stay], viol[stay]
         if len(R) == 0:
             continue
