@@ -20,9 +20,36 @@ from problems.placement.specs import load_cluster, load_workload
 from problems.specio import read_yaml_mapping
 
 
+class _ArgsFromFiles(argparse.ArgumentParser):
+    """argparse's `@FILE` (fromfile_prefix_chars: the arguments in FILE, one per line), except that a file
+    it cannot read is one line naming it (argparse prints its usage and a raw errno), and each argument
+    read from a file is remembered with that file (`arg_files`: an override's error names where it was
+    written)."""
+
+    def _read_args_from_files(self, arg_strings):
+        out = []
+        for arg in arg_strings:
+            if not arg or arg[0] not in self.fromfile_prefix_chars:
+                out.append(arg)
+                continue
+            path = arg[1:]
+            try:
+                lines = Path(path).read_text().splitlines()
+            except (OSError, UnicodeDecodeError) as err:
+                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+                raise InputError(path, None, f"cannot read it: {why}", "a file of arguments, one per line") from None
+            read = self._read_args_from_files([a for line in lines for a in self.convert_arg_line_to_args(line)])
+            files = self.get_default("arg_files")
+            files.update({a: files.get(a, path) for a in read})  # from a nested @FILE: the innermost file
+            out += read
+        return out
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import", help="read a verl / AReaL config you run as a plan, score it, compare with a front",
                        fromfile_prefix_chars="@")
+    p.__class__ = _ArgsFromFiles  # the subcommands' parsers are made by argparse, of its own class
+    p.set_defaults(arg_files={})
     p.add_argument("inputs", nargs="*", metavar="CONFIG|OVERRIDE",
                    help="the YAML config you run (AReaL: required; verl: optional), then the hydra-style overrides "
                         "you pass on the command line (a.b=value, model_engine=megatron); @FILE reads arguments "

@@ -254,3 +254,12 @@ def test_more_gpus_per_node_than_the_clusters_nodes_hold_is_one_line(tmp_path, c
                  "--workload", str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"mosearch: {cfg}: {key}: 16 GPUs per node, but the nodes of cluster") and "\n" not in err
+
+
+def test_a_missing_argument_file_is_one_line(tmp_path, capsys):
+    """A missing @FILE printed argparse's usage and a raw errno."""
+    gone = tmp_path / "gone.args"
+    assert main(["import", "--from", "verl", f"@{gone}", "--cluster", str(H100),
+                 "--workload", str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")]) == 2
+    assert capsys.readouterr().err == (f"mosearch: {gone}: cannot read it: No such file or directory "
+                                       "(a file of arguments, one per line)\n")
