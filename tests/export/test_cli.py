@@ -117,3 +117,15 @@ def test_another_workload_is_said_checked_and_named_in_the_header(tmp_path, caps
                                    "llama3.1-70b-ppo on cluster mixed-64: peak memory ")
     assert captured.err.splitlines() == said
     assert yaml.safe_load(captured.out)["data"]["train_batch_size"] == yaml.safe_load(wpath.read_text())["prompts_per_step"]
+
+
+@pytest.mark.parametrize("target", ["areal", "verl"])
+def test_a_staleness_bound_above_the_workloads_is_refused(tmp_path, async_plan, capsys, target):
+    """A plan edited to staleness_bound 7 (workload max_staleness 4) was exported (`max_head_offpolicyness: 7`)."""
+    plan = async_plan.model_copy(update={"execution": async_plan.execution.model_copy(update={"staleness_bound": 7})})
+    out = tmp_path / "cfg.yaml"
+    assert main(["export", str(_write(tmp_path, plan)), "--to", target, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"mosearch: {tmp_path / 'plan.yaml'}: execution.staleness_bound: 7 is above the workload's max_staleness 4 "
+        f"(at most 4, the max_staleness of {plan.workload.path})\n")
+    assert not out.exists()
