@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # an argument file that cannot be read (@FILE) is an InputError
         code = args.func(args)
     except InputError as err:
         print(f"mosearch: {err.line()}", file=sys.stderr)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
-from problems.placement.plan import Plan, file_sha256, load_plan
+from problems.placement.plan import Plan, SpecRef, file_sha256, load_plan
 from problems.placement.plancheck import check_plan
 from problems.placement.planfiles import locate, missing
 from problems.placement.specs import load_cluster, load_workload
@@ -38,16 +38,41 @@ def _warn(msg: str) -> None:
     print(f"mosearch export: {msg}", file=sys.stderr)
 
 
+def _spec(kind: str, given: str | None, plan: Plan, plan_path: Path, load):
+    """(path, spec, reference) of the `kind` spec (cluster or workload) the plan is exported with: the
+    file given (--cluster / --workload), else the one the plan names. A file other than the one the plan
+    was made for (sha256) is said: the plan was searched and scored for that one."""
+    named = getattr(plan, kind)
+    path = _find(given, named.path, plan_path)
+    if path is None:
+        raise missing(plan_path, kind, named.path, f"--{kind}")
+    spec = load(path)
+    ref = SpecRef(name=spec.name, path=str(path), sha256=file_sha256(path))
+    if ref.sha256 != named.sha256:
+        _warn(f"{path} differs from the {kind} the plan was made for (sha256)")
+    return path, spec, ref
+
+
+def _fit_note(plan: Plan, plan_path: Path, cluster, workload) -> str | None:
+    """Whether the plan, scored by the model on specs other than those it was made for, still fits the
+    GPUs' memory (its own figures are for the specs it names)."""
+    from problems.placement.predict import predict_plan
+
+    p = predict_plan(plan_path, plan=plan, cluster=cluster, workload=workload)
+    if p["fits"]:
+        return None
+    return (f"the model predicts plan {plan.plan_id} does not fit workload {workload.name} on cluster "
+            f"{cluster.name}: peak memory {p['peak_mem_frac']:.0%} of a GPU, KV cache short by "
+            f"{max(p['kv_shortfall'], 0):.0%} of a sample")
+
+
 def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload_arg: str | None,
                   specs: dict | None = None) -> ExportContext:
+    """The context to export `plan` with. `specs` (when given) receives the loaded `cluster` and
+    `workload`, and `plan`: the plan naming the spec files it is exported with (the export's header)."""
     # Both specs are needed: node sizes and pools from the cluster, batch sizes and the TP/head
     # divisibility check from the workload; an export without them would skip checks silently.
-    cpath = _find(cluster_arg, plan.cluster.path, plan_path)
-    if cpath is None:
-        raise missing(plan_path, "cluster", plan.cluster.path, "--cluster")
-    cluster = load_cluster(cpath)
-    if file_sha256(cpath) != plan.cluster.sha256:
-        _warn(f"{cpath} differs from the cluster the plan was made for (sha256)")
+    cpath, cluster, cref = _spec("cluster", cluster_arg, plan, plan_path, load_cluster)
     pools = {p.id: p for p in cluster.pools}
     for i, p in enumerate(plan.pools):
         if p.used_gpus == 0:
@@ -58,13 +83,14 @@ def build_context(plan: Plan, plan_path: Path, cluster_arg: str | None, workload
         if p.used_gpus > pools[p.pool].count:
             raise InputError(str(plan_path), f"pools[{i}]", f"uses {p.used_gpus} GPUs of {p.pool}",
                              f"at most the {pools[p.pool].count} the cluster has")
-    wpath = _find(workload_arg, plan.workload.path, plan_path)
-    if wpath is None:
-        raise missing(plan_path, "workload", plan.workload.path, "--workload")
-    workload = load_workload(wpath)
+    _, workload, wref = _spec("workload", workload_arg, plan, plan_path, load_workload)
     check_plan(plan, workload, cluster, str(plan_path))
+    if (cref.sha256, wref.sha256) != (plan.cluster.sha256, plan.workload.sha256):
+        note = _fit_note(plan, plan_path, cluster, workload)
+        if note:
+            _warn(note)
     if specs is not None:
-        specs.update(cluster=cluster, workload=workload)
+        specs.update(cluster=cluster, workload=workload, plan=plan.model_copy(update={"cluster": cref, "workload": wref}))
     return ExportContext.from_specs(cluster, workload)
 
 
@@ -134,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     specs: dict = {}
     ctx = build_context(plan, plan_path, args.cluster, args.workload, specs)
     check_executor(args.to, plan, plan_path, specs["cluster"], specs["workload"], args.front)
-    text = render(args.to, plan, ctx)
+    text = render(args.to, specs["plan"], ctx)  # its header names the specs exported
     if args.out:
         atomic_write_text(args.out, text)
     else:

@@ -43,7 +43,8 @@ def render(target: str, plan: Plan, ctx: ExportContext | None = None) -> str:
     ctx = ctx or ExportContext()
     data = EXPORTERS[target](plan, ctx)
     head = [f"{target} configuration exported by `mosearch export` from plan {plan.plan_id}",
-            f"cluster {plan.cluster.name} (sha256 {plan.cluster.sha256[:12]}), workload {plan.workload.name}, "
+            f"cluster {plan.cluster.name} (sha256 {plan.cluster.sha256[:12]}), "
+            f"workload {plan.workload.name} (sha256 {plan.workload.sha256[:12]}), "
             f"mode {plan.execution.mode}, staleness bound {plan.execution.staleness_bound}",
             "layout:"] + ["  " + s for s in layout_lines(plan, ctx)]
     notes = list(ctx.cluster_notes) + NOTES[target](plan, ctx)

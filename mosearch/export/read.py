@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 from pydantic import ValidationError
@@ -21,6 +21,27 @@ from problems.placement.plan import Plan, SpecRef
 from problems.specio import validation_error
 from problems.placement.names import COLOCATED
 from mosearch.export import kernels as K
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A config value the workload also fixes, as the target runs it: the key as the user writes it,
+    its value (the target's default when the config leaves it out) and what it is in the workload's
+    terms (`means`, compared with the workload's value of `workload_key`)."""
+
+    key: str
+    value: object
+    workload_key: str  # the workload file's: prompts_per_step, samples_per_prompt, prompt_len, response_len.max,
+    #                    algorithm, kl_reference, max_staleness
+    means: object
+    default: bool = False  # the config leaves it out
+    what: str | None = None  # what the value means, where the key does not say (a critic, a reference model)
+
+
+def _setting(cfg: dict, key: str, default, workload_key: str, means=lambda v: v, what=None) -> Setting:
+    v = _get(cfg, key)
+    value = default if v is None else v
+    return Setting(key, value, workload_key, means(value), v is None, what(value) if what else None)
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,9 @@ class Shape:
     warnings: tuple[str, ...] = ()
     elementwise_kernels: str | None = None  # what the config's training runs; None: it does not say
     node_gpus: tuple[str, int] | None = None  # (the key, GPUs per node) the config asks nodes for; None: unsaid
+    settings: tuple[Setting, ...] = ()  # what the config says of the workload (batch, lengths, algorithm...)
+    updates: int = 1  # optimizer steps per step
+    keys: dict[str, str] = field(default_factory=dict)  # the config key of a plan field: rollout_tp, tp
 
     @property
     def train_gpus(self) -> int:
@@ -85,6 +109,14 @@ def _int(cfg: dict, key: str, default, file: str, at_least: int = 1) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < at_least:
         raise InputError(file, key, f"got {v!r}", f"an integer >= {at_least}")
     return v
+
+
+def _frac(cfg: dict, key: str, default: float, file: str) -> float:
+    """A memory share as a plan holds it (RolloutLayout.kv_mem_frac), checked under the config's key."""
+    v = _get(cfg, key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 0.98:
+        raise InputError(file, key, f"got {v!r}", "a share of GPU memory above 0 and at most 0.98")
+    return float(v)
 
 
 def _interp(cfg: dict, value):
@@ -200,12 +232,39 @@ def read_verl(cfg: dict, file: str) -> Shape:
                              "the micro-batch per GPU (verl requires it without use_dynamic_bsz)")
         micro = _int(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1, file)
     rtp = _int(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size", 2, file)
+    # one optimizer step per mini-batch of prompts, per epoch; verl's validate_config (ActorConfig.validate)
+    # refuses a mini-batch larger than the step's batch unless use_dynamic_bsz
+    batch = _int(cfg, "data.train_batch_size", 1024, file)
+    mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size", 256, file)
+    if mini > batch and not _get(actor, "use_dynamic_bsz", False):
+        said = "" if _get(cfg, "data.train_batch_size") is not None else " (verl's default)"
+        raise InputError(file, "actor_rollout_ref.actor.ppo_mini_batch_size", f"{mini} prompts, more than "
+                         f"data.train_batch_size {batch}{said}: verl refuses it", "at most data.train_batch_size")
+    updates = -(-batch // mini) * _int(cfg, "actor_rollout_ref.actor.ppo_epochs", 1, file)
+    kl = [key for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward") if _get(cfg, key)]
+    settings = [
+        _setting(cfg, "data.train_batch_size", 1024, "prompts_per_step"),
+        _setting(cfg, "actor_rollout_ref.rollout.n", 1, "samples_per_prompt"),
+        _setting(cfg, "data.max_prompt_length", 512, "prompt_len"),
+        _setting(cfg, "data.max_response_length", 512, "response_len.max"),
+        # gae trains a critic (PPO); the other estimators (grpo, rloo, reinforce_plus_plus...) have none
+        _setting(cfg, "algorithm.adv_estimator", "gae", "algorithm", lambda v: "ppo" if v == "gae" else "grpo",
+                 lambda v: "PPO with a critic" if v == "gae" else "no critic"),
+        # a reference model runs for a KL term in the loss (verl's GRPO) or in the reward (PPO)
+        _setting(cfg, (kl or ["actor_rollout_ref.actor.use_kl_loss"])[0], False, "kl_reference", lambda v: bool(kl),
+                 lambda v: "a reference model" if kl else "no reference model: use_kl_in_reward is off too"),
+    ]
+    if mode != "colocated":
+        settings.append(_setting(cfg, "trainer.v1.sampler.max_off_policy_threshold", 8, "max_staleness",
+                                 lambda v: k, lambda v: f"staleness {k}"))
     # SGLang and vLLM alike take verl's gpu_memory_utilization (SGLang as mem_fraction_static)
     return Shape(mode=mode, staleness=k, rollout_gpus=rollout, rollout_tp=rtp, dp=train // (tp * pp), tp=tp, pp=pp,
                  sharding=sharding, micro_batch=micro, recompute=recompute, optimizer_offload=offload,
-                 kv_mem_frac=float(_get(arr, "rollout.gpu_memory_utilization", 0.5)),
+                 kv_mem_frac=_frac(cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5, file),
                  max_num_seqs=_int(cfg, "actor_rollout_ref.rollout.max_num_seqs", 256, file),
-                 warnings=tuple(warn), elementwise_kernels=kernels,
+                 warnings=tuple(warn), elementwise_kernels=kernels, settings=tuple(settings), updates=updates,
+                 keys={"rollout_tp": "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                       "tp": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"},
                  node_gpus=("trainer.n_gpus_per_node", t_gpn) if _get(cfg, "trainer.n_gpus_per_node") is not None
                  else None)
 
@@ -260,6 +319,8 @@ def read_areal(cfg: dict, file: str) -> Shape:
             raise InputError(file, "allocation_mode", f"cannot read {legacy!r}", "<rollout>+<actor> or <rollout>|<actor>")
         roll_spec, actor_spec = roll_spec or parts[0], actor_spec or parts[1]
         colocated = colocated or sep == "|"
+    keys = {"rollout_tp": "rollout.backend" if _get(cfg, "rollout.backend") else "allocation_mode",
+            "tp": "actor.backend" if _get(cfg, "actor.backend") else "allocation_mode"}
     if roll_spec is None or actor_spec is None:
         raise InputError(file, "rollout.backend" if roll_spec is None else "actor.backend", "missing",
                          "per-engine backend strings (or the legacy allocation_mode)")
@@ -294,13 +355,33 @@ def read_areal(cfg: dict, file: str) -> Shape:
         micro = max(1, min(micro, cap // longest))
     # the engine's memory share: SGLang's mem_fraction_static or vLLM's gpu_memory_utilization (both 0.9 by default)
     kv_key = "sglang.mem_fraction_static" if rb == "sglang" else "vllm.gpu_memory_utilization"
+    # a reference model runs when both its engine is configured and the KL coefficient is above 0
+    # (rl_trainer: `config.actor.kl_ctl > 0 and config.ref is not None`; kl_ctl defaults to 0.1)
+    critic = cfg.get("critic") if isinstance(cfg.get("critic"), dict) else None  # PPOConfig.critic: None unless set
+    kl_ctl = _get(cfg, "actor.kl_ctl", 0.1)
+    ref = isinstance(cfg.get("ref"), dict) and bool(kl_ctl)
+    settings = [
+        _setting(cfg, "train_dataset.batch_size", 1, "prompts_per_step"),
+        _setting(cfg, "gconfig.n_samples", 1, "samples_per_prompt"),
+        _setting(cfg, "gconfig.max_new_tokens", 16384, "response_len.max"),
+        Setting("critic.backend" if critic else "critic", _interp(cfg, critic.get("backend")) if critic else None,
+                "algorithm", "ppo" if critic else "grpo", what="PPO with a critic" if critic else "no critic"),
+        _setting(cfg, "actor.kl_ctl", 0.1, "kl_reference", lambda v: ref,
+                 lambda v: "a reference model" if ref else
+                 "no reference model: " + ("kl_ctl 0" if not v else "no ref engine configured"))
+    ]
+    if _get(cfg, "train_dataset.max_length") is not None:  # no default: prompts of any length
+        settings.append(_setting(cfg, "train_dataset.max_length", None, "prompt_len"))
+    if mode != "colocated":
+        settings.append(_setting(cfg, "rollout.max_head_offpolicyness", 0, "max_staleness"))
     return Shape(mode=mode, staleness=k, rollout_gpus=rgpus, rollout_tp=rtp, dp=dp, tp=tp, pp=pp,
                  sharding="zero3" if ab == "fsdp" else "zero1", micro_batch=micro,
                  recompute=bool(_get(cfg, "actor.gradient_checkpointing", False)),
                  optimizer_offload=False,  # actor.offload: between phases only (rl_trainer's engine.offload)
-                 kv_mem_frac=float(_get(cfg, kv_key, 0.9)),
+                 kv_mem_frac=_frac(cfg, kv_key, 0.9, file),
                  max_num_seqs=_int(cfg, "vllm.max_num_seqs", 256, file),  # vLLMConfig default 256
-                 warnings=tuple(warn),
+                 warnings=tuple(warn), settings=tuple(settings), keys=keys,
+                 updates=_int(cfg, "actor.ppo_n_minibatches", 4, file),  # PPOActorConfig default 4
                  node_gpus=("cluster.n_gpus_per_node", _int(cfg, "cluster.n_gpus_per_node", 8, file))
                  if _get(cfg, "cluster.n_gpus_per_node") is not None else None,
                  # the FSDP engine runs Hugging Face's eager modules (no switch); the Megatron engine's

@@ -9,7 +9,14 @@ from problems.placement.specs import Cluster, Workload
 
 
 def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, path: str | None = None) -> None:
-    """Rollout and training TP must shard the model's attention heads and KV heads and tile a node."""
+    """Rollout and training TP must shard the model's attention heads and KV heads and tile a node; the
+    staleness bound may not exceed the workload's max_staleness."""
+    k, most = plan.execution.staleness_bound, workload.max_staleness
+    if k > most:
+        # the model's encoding would clip it to the workload's bound and score another plan; an export
+        # would run samples staler than the workload allows
+        raise InputError(path, "execution.staleness_bound", f"{k} is above the workload's max_staleness {most}",
+                         f"at most {most}, the max_staleness of {workload.path}")
     model = workload.model
     nodes = {p.id: p.gpus_per_node for p in cluster.pools} if cluster is not None else {}
     for i, p in enumerate(plan.pools):

@@ -28,6 +28,7 @@ from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKerne
 from problems.placement.names import (AMP_AUTOCAST_HELP, ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP,
                                       SHARDINGS)
 from problems.placement.plan import Sharding
+from problems.placement.plancheck import check_plan
 from problems.specio import load_model
 
 # Per-node network of a DGX A100 (8 x 200 Gb/s HDR InfiniBand compute ports = 200 GB/s; NVIDIA DGX
@@ -380,10 +381,13 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 
+    loaded = plan is None
     inputs = PlanInputs.load(plan_file, plan)
     plan = inputs.plan
     cl = cluster or inputs.cluster()
     wl = workload or inputs.workload()
+    if loaded:  # a plan given was checked where it was read
+        check_plan(plan, wl, cl, str(plan_file))
     given = {"prompts_per_step": prompts_per_step, "group_size": group_size, "prompt_len": prompt_len,
              "response_mean": response_mean, "response_max": response_max, "mini_batches": mini_batches}
     for key, v in given.items():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import problems.atomic
+from problems.errors import InputError
 from mosearch import decide
 from mosearch.cli import main
 from mosearch.results import load_run, objective_matrix, write_front
@@ -95,7 +96,7 @@ def test_atomic_front_write_keeps_the_old_files_on_failure(mixed8_run, tmp_path,
         raise OSError("disk full")
 
     monkeypatch.setattr(problems.atomic.os, "replace", broken_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="disk full"):  # one line naming the file, not a traceback
         write_front(target, run.plans)
     monkeypatch.undo()
     assert (target / "front.csv").read_text() == before  # never half a file
@@ -227,3 +228,35 @@ def test_pick_out_naming_a_folder_or_under_a_file_is_one_line(mixed8_run, tmp_pa
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(out) in err
     assert a_file.read_text() == "x: 1\n" and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("fails", ["mkdir", "mkstemp", "fsync"])
+def test_a_result_that_cannot_be_written_is_one_line_and_no_partial_file(mixed8_run, tmp_path, capsys,
+                                                                        monkeypatch, fails):
+    """A read-only folder, a place that cannot hold files (/proc) or a full disk ended in a traceback
+    (OSError from mkdir, tempfile.mkstemp or the write): now the path and the OS's reason, one line."""
+    import errno
+
+    def refuse(*args, **kwargs):
+        code = errno.ENOSPC if fails == "fsync" else errno.EACCES
+        raise OSError(code, os.strerror(code))
+
+    target = {"mkdir": problems.atomic.Path, "mkstemp": problems.atomic.tempfile, "fsync": problems.atomic.os}[fails]
+    monkeypatch.setattr(target, fails, refuse)
+    out = tmp_path / "sub" / "plan.yaml" if fails == "mkdir" else tmp_path / "plan.yaml"
+    assert main(["pick", str(mixed8_run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    reason = "No space left on device" if fails == "fsync" else "Permission denied"
+    assert err == f"mosearch: {out}: cannot write it: {reason} (a writable path with free space)\n"
+    assert not out.exists() and not list(tmp_path.rglob(".*.tmp"))  # nothing half written
+
+
+def test_a_result_path_that_is_a_pipe_is_refused_not_replaced(mixed8_run, tmp_path, capsys):
+    """The rename put a regular file in place of a device or pipe named with --out (as root: /dev/full)."""
+    import stat
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    assert main(["pick", str(mixed8_run), "--out", str(pipe)]) == 2
+    assert capsys.readouterr().err == f"mosearch: {pipe}: is not a regular file (a file path to write)\n"
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)

@@ -6,6 +6,9 @@ import pytest
 import yaml
 
 from mosearch.cli import main
+from problems.placement.plan import file_sha256
+
+from .conftest import ROOT, make_plan, pool
 
 
 def _write(tmp_path, plan, name="plan.yaml"):
@@ -91,3 +94,38 @@ def test_plan_using_more_gpus_than_the_cluster_has_is_refused(tmp_path, colocate
                      "node_groups: [{gpu: A100-80G, nodes: 1, gpus_per_node: 8, region: eu-west}]\n")
     assert main(["export", str(_write(tmp_path, colocated)), "--to", "areal", "--cluster", str(small)]) == 2
     assert "uses 16 GPUs of A100-80G@eu-west" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("other", ["qwen2.5-1.5b-grpo", "llama3.1-70b-ppo", None])
+def test_another_workload_is_said_checked_and_named_in_the_header(tmp_path, capsys, other):
+    """--workload OTHER exported another workload into the plan with no word (the header named the plan's
+    workload, nothing checked it fits): now as --cluster, a line that it differs, the model's fit, and
+    the header names the workload exported."""
+    plan = make_plan("coloc", [pool("A100-80G@eu-west", shared=16, tp=4)],
+                     {"dp": 16, "tp": 1, "pp": 1, "sharding": "fsdp", "micro_batch": 1, "recompute": True},
+                     "colocated", kv=0.5, seqs=128)  # fits its own workload, qwen2.5-7b-grpo
+    wpath = ROOT / f"problems/workloads/{other}.yaml" if other else ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml"
+    assert main(["export", str(_write(tmp_path, plan)), "--to", "verl", "--workload", str(wpath)]) == 0
+    captured = capsys.readouterr()
+    name = other or "qwen2.5-7b-grpo"
+    assert captured.out.splitlines()[1].startswith(
+        f"# cluster mixed-64 (sha256 {plan.cluster.sha256[:12]}), workload {name} (sha256 {file_sha256(wpath)[:12]}),")
+    said = [f"mosearch export: {wpath} differs from the workload the plan was made for (sha256)"] if other else []
+    if other == "llama3.1-70b-ppo":  # 70B on the 7B's layout: the model's peak far above the A100s' 80 GB
+        said.append(captured.err.splitlines()[-1])
+        assert said[-1].startswith("mosearch export: the model predicts plan coloc does not fit workload "
+                                   "llama3.1-70b-ppo on cluster mixed-64: peak memory ")
+    assert captured.err.splitlines() == said
+    assert yaml.safe_load(captured.out)["data"]["train_batch_size"] == yaml.safe_load(wpath.read_text())["prompts_per_step"]
+
+
+@pytest.mark.parametrize("target", ["areal", "verl"])
+def test_a_staleness_bound_above_the_workloads_is_refused(tmp_path, async_plan, capsys, target):
+    """A plan edited to staleness_bound 7 (workload max_staleness 4) was exported (`max_head_offpolicyness: 7`)."""
+    plan = async_plan.model_copy(update={"execution": async_plan.execution.model_copy(update={"staleness_bound": 7})})
+    out = tmp_path / "cfg.yaml"
+    assert main(["export", str(_write(tmp_path, plan)), "--to", target, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"mosearch: {tmp_path / 'plan.yaml'}: execution.staleness_bound: 7 is above the workload's max_staleness 4 "
+        f"(at most 4, the max_staleness of {plan.workload.path})\n")
+    assert not out.exists()

@@ -86,7 +86,10 @@ def test_shipped_example_configs_import_and_score(source, config, overrides, mod
     plan, warnings = import_plan(source, str(EXAMPLES / config), overrides, str(H100), workload)
     assert plan.execution.mode == mode
     assert plan.predicted["throughput_samples_s"] > 0 and plan.predicted["peak_mem_frac"] <= 1
-    assert not any("batch is" in w for w in warnings)  # the example's own workload
+    # its own workload: no value differs, but the staleness the overrides give the synchronous example
+    stale = (["trainer.v1.sampler.max_off_policy_threshold=3 (staleness 2): above the workload's max_staleness 0: "
+              "scored as the config runs."] if overrides else [])
+    assert [w for w in warnings if "the workload's" in w] == stale
     if mode == "async":
         assert plan.execution.staleness_bound == 2
 
@@ -254,3 +257,111 @@ def test_more_gpus_per_node_than_the_clusters_nodes_hold_is_one_line(tmp_path, c
                  "--workload", str(ROOT / "problems/workloads/qwen2.5-7b-grpo.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"mosearch: {cfg}: {key}: 16 GPUs per node, but the nodes of cluster") and "\n" not in err
+
+
+GRPO_NO_KL = ("name: q15\nmodel: qwen2.5-1.5b\nalgorithm: grpo\nprompts_per_step: 64\nsamples_per_prompt: 8\n"
+              "prompt_len: 512\nresponse_len: {mean: 1024, max: 4096}\nmax_staleness: 2\nkl_reference: false\n")
+VERL_ARGS = ["algorithm.adv_estimator=grpo", "data.train_batch_size=64", "data.max_prompt_length=512",
+             "data.max_response_length=4096", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=8",
+             "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.model.use_liger=True",
+             "trainer.n_gpus_per_node=8", "trainer.nnodes=1"]
+
+
+def _import(tmp_path, source, inputs, workload=GRPO_NO_KL):
+    wl = tmp_path / "workload.yaml"
+    wl.write_text(workload)
+    return main(["import", "--from", source, *inputs, "--cluster", str(H100), "--workload", str(wl)])
+
+
+def test_every_config_value_other_than_the_workloads_is_said(tmp_path, capsys):
+    """A verl GRPO script's samples, response cap, estimator and KL loss were scored as the workload's with no
+    word (only the prompt count was said): one line each, the config's key and value, the workload's."""
+    args = tmp_path / "run.args"
+    args.write_text("\n".join(VERL_ARGS) + "\n")
+    assert _import(tmp_path, "verl", [f"@{args}"]) == 0
+    assert capsys.readouterr().err == ""  # the script's own workload: nothing to say
+    assert _import(tmp_path, "verl", [f"@{args}", "actor_rollout_ref.rollout.n=16", "data.max_response_length=16384",
+                                      "algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=True"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "mosearch import: actor_rollout_ref.rollout.n=16: the workload's samples_per_prompt is 8: scored with the "
+        "workload's.",
+        "mosearch import: data.max_response_length=16384: the workload's response_len.max is 4096: scored with the "
+        "workload's.",
+        "mosearch import: algorithm.adv_estimator=gae (PPO with a critic): the workload's algorithm is grpo: scored "
+        "with the workload's.",
+        "mosearch import: actor_rollout_ref.actor.use_kl_loss=True (a reference model): the workload's kl_reference "
+        "is false: scored with the workload's."]
+
+
+def test_areal_values_other_than_the_workloads_are_said_and_its_staleness_scored(tmp_path, capsys):
+    cfg = tmp_path / "areal.yaml"
+    cfg.write_text("rollout: {backend: 'vllm:d4p1t1', max_head_offpolicyness: 4}\nactor: {backend: 'fsdp:d4p1t1', "
+                   "ppo_n_minibatches: 1, mb_spec: {max_tokens_per_mb: 10240}}\ntrain_dataset: {batch_size: 64, max_length: 1024}\n"
+                   "gconfig: {n_samples: 8, max_new_tokens: 4096}\ncritic: {backend: '${actor.backend}'}\n"
+                   "ref: {backend: '${actor.backend}'}\n")
+    assert _import(tmp_path, "areal", [str(cfg), "--out", str(tmp_path / "plan.yaml")]) == 0
+    said = [w for w in capsys.readouterr().err.splitlines() if "elementwise_kernels" not in w]
+    assert said == [
+        "mosearch import: critic.backend=fsdp:d4p1t1 (PPO with a critic): the workload's algorithm is grpo: scored "
+        "with the workload's.",
+        "mosearch import: actor.kl_ctl=0.1 (AReaL's default) (a reference model): the workload's kl_reference is "
+        "false: scored with the workload's.",
+        "mosearch import: train_dataset.max_length=1024: the workload's prompt_len is 512: scored with the workload's.",
+        "mosearch import: rollout.max_head_offpolicyness=4: above the workload's max_staleness 2: scored as the "
+        "config runs."]
+    # scored at the staleness the config runs, not clipped to the workload's bound as "the nearest plan"
+    plan = yaml.safe_load((tmp_path / "plan.yaml").read_text())
+    assert plan["execution"]["staleness_bound"] == 4 and plan["predicted"]["staleness"] > 2
+
+
+@pytest.mark.parametrize("given,refused", [
+    ([], None),  # verl's defaults: 1024 prompts a step, mini-batches of 256: 4 optimizer steps (not 64 / 256)
+    (["actor_rollout_ref.actor.ppo_mini_batch_size=2048"], "2048 prompts, more than data.train_batch_size 1024 "
+                                                           "(verl's default)"),
+    (["data.train_batch_size=32"], "256 prompts, more than data.train_batch_size 32"),
+])
+def test_verl_batch_defaults_and_a_mini_batch_verl_refuses(tmp_path, capsys, given, refused):
+    """A config leaving data.train_batch_size out was read with the workload's batch: `0.125 optimizer steps per
+    step` for 32 prompts and verl's mini-batch of 256, a config verl itself refuses."""
+    args = [a for a in VERL_ARGS if not a.startswith(("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini"))]
+    rc = _import(tmp_path, "verl", [*args, *given], GRPO_NO_KL.replace("prompts_per_step: 64", "prompts_per_step: 32"))
+    err = capsys.readouterr().err
+    if refused is None:
+        assert rc == 0
+        assert ("mosearch import: data.train_batch_size=1024 (verl's default): the workload's prompts_per_step is 32: "
+                "scored with the workload's.") in err.splitlines()
+        assert "the config takes 4 optimizer steps per step;" in err
+    else:
+        assert rc == 2 and err == (f"mosearch: command line: actor_rollout_ref.actor.ppo_mini_batch_size: {refused}: "
+                                   "verl refuses it (at most data.train_batch_size)\n")
+
+
+def test_a_bad_value_names_the_key_written_and_where(tmp_path, capsys):
+    """`imp/v1.yaml: rollout.kv_mem_frac: got 1.7` for gpu_memory_utilization=1.7 on the command line: the plan's
+    key, and the file blamed. Now the key the user wrote, in the file, on the command line or in an @FILE."""
+    cfg = tmp_path / "v1.yaml"
+    cfg.write_text("actor_rollout_ref: {actor: {ppo_micro_batch_size_per_gpu: 4}, rollout: {gpu_memory_utilization: "
+                   "0.6}}\ntrainer: {n_gpus_per_node: 8, nnodes: 1}\n")
+    args = tmp_path / "more.args"
+    args.write_text("actor_rollout_ref.rollout.gpu_memory_utilization=1.5\n")
+    key, expected = "actor_rollout_ref.rollout.gpu_memory_utilization", "(a share of GPU memory above 0 and at most 0.98)"
+    for inputs, where, got in (([f"{key}=1.7"], "command line", "1.7"), ([f"@{args}"], str(args), "1.5"),
+                               ([f"@{args}", f"{key}=0.99"], "command line", "0.99")):
+        assert _import(tmp_path, "verl", [str(cfg), *inputs]) == 2
+        assert capsys.readouterr().err == f"mosearch: {where}: {key}: got {got} {expected}\n"
+    cfg.write_text(cfg.read_text().replace("0.6", "1.7"))
+    assert _import(tmp_path, "verl", [str(cfg)]) == 2
+    assert capsys.readouterr().err == f"mosearch: {cfg}: {key}: got 1.7 {expected}\n"
+    # a TP the model's heads refuse: the config's key, not the plan's pools[0].rollout_tp
+    assert _import(tmp_path, "verl", [str(cfg), f"{key}=0.6", "actor_rollout_ref.rollout.tensor_model_parallel_size=8"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "mosearch: command line: actor_rollout_ref.rollout.tensor_model_parallel_size: 12 attention heads")
+
+
+def test_a_missing_argument_file_is_one_line(tmp_path, capsys):
+    """A missing @FILE printed argparse's usage and a raw errno."""
+    gone = tmp_path / "gone.args"
+    assert _import(tmp_path, "verl", [f"@{gone}"]) == 2
+    assert capsys.readouterr().err == (f"mosearch: {gone}: cannot read it: No such file or directory "
+                                       "(a file of arguments, one per line)\n")

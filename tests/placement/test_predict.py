@@ -234,7 +234,7 @@ def test_job_file_and_its_errors(tmp_path):
 def test_workload_precision_and_attention_reach_the_planner(tmp_path):
     import yaml
 
-    from tests.placement.conftest import WORKLOADS, problem
+    from tests.placement.conftest import WORKLOADS
 
     base = yaml.safe_load((WORKLOADS / "qwen2.5-7b-grpo.yaml").read_text())
     paths = {}
@@ -310,6 +310,27 @@ def test_cli_plan_using_more_gpus_than_its_cluster_has_is_refused(tmp_path):
     res = _cli("--plan", str(path))
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stdout[:300]
     assert res.stderr.count("\n") == 1 and f"uses 4 GPUs of {full.pool}" in res.stderr, res.stderr
+
+
+def test_cli_plan_staleness_above_the_workloads_is_refused(tmp_path, capsys):
+    """A plan edited to a staleness bound above the workload's max_staleness was scored (exit 0), clipped to
+    the workload's bound by the encoding: another plan's figures. Now one line naming the plan's key, exit 2."""
+    from mosearch.cli import main
+    from tests.placement.conftest import problem
+
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    x = prob.layout.repair(((prob.xl + prob.xu) / 2)[None, :])[0]
+    plan = prob.decode(x, lifetime=False)
+    k = prob.workload.max_staleness + 3
+    plan = plan.model_copy(update={"execution": plan.execution.model_copy(update={"mode": "async",
+                                                                                  "staleness_bound": k})})
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan.to_yaml())
+    assert main(["predict", "--plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"mosearch: {path}: execution.staleness_bound: {k} is above the workload's max_staleness "
+                   f"{prob.workload.max_staleness} (at most {prob.workload.max_staleness}, the max_staleness of "
+                   f"{plan.workload.path})\n")
 
 
 def test_cli_flags_of_the_other_prediction_are_refused(tmp_path):
