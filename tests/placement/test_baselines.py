@@ -100,3 +100,26 @@ def test_exact_front_covers_every_baseline_on_mixed8():
         for f in res.F[res.feasible][:3]:
             covered = (front <= f + 1e-9 * (1 + np.abs(f))).all(axis=1)
             assert covered.any(), f"{name} plan {f} is not covered by the exact front"
+
+
+def test_the_baselines_go_on_where_verl_starts_no_colocated_plan(tmp_path):
+    """11 H100 on an 8- and a 3-GPU machine (planned as nodes of 1): where the colocated baseline finds
+    no plan verl starts (its batch and node rules), it says so with a ValueError and the planner's
+    baselines go on without it; any row it does give is one verl starts."""
+    from mosearch.planner.seeding import Corners, baseline_plans
+    from problems.placement.problem import PlacementProblem
+    from problems.placement.specs import load_cluster, load_workload
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\nnode_groups:\n"
+                    "  - {gpu: H100, nodes: 1, gpus_per_node: 8, region: r}\n"
+                    "  - {gpu: H100, nodes: 1, gpus_per_node: 3, region: r}\n")
+    c, w = load_cluster(path), load_workload("problems/workloads/qwen2.5-1.5b-grpo.yaml")
+    p, verl = PlacementProblem(c, w), PlacementProblem(c, w, executor="verl")
+    try:
+        res = BASELINE_PLANNERS["verl-colocated"](p, evals=4000, seed=0)
+    except ValueError as err:
+        assert "no colocated plan verl starts" in str(err)
+    else:
+        assert all(verl.executor_problem(p.decode(x, lifetime=False)) is None for x in res.X)
+    assert baseline_plans(p, Corners(p, seed=0), evals=2000)

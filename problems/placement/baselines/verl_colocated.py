@@ -89,6 +89,8 @@ def plan(problem: PlacementProblem, budget_usd_h: float | None = None, evals: in
         b = rank(F, ok, viol)[0]
         out_X.append(R[b]), out_F.append(F[b]), out_ok.append(ok[b]), out_v.append(viol[b])
         labels.append(gpu)
+    if not out_X:  # on no GPU type does verl start a colocated plan (its batch or node rules)
+        raise ValueError("verl-colocated: no colocated plan verl starts as planned on this cluster")
     o = rank(np.array(out_F), np.array(out_ok), np.array(out_v))
     return score.result("verl-colocated", np.array(out_X)[o], np.array(out_F)[o], np.array(out_ok)[o],
                         [labels[i] for i in o], budget_usd_h)
