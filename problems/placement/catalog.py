@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from problems.specio import Spec
 
 DATA = Path(__file__).with_name("data")
 
@@ -18,16 +20,14 @@ Precision = Literal["bf16", "fp16", "tf32", "fp32", "fp8"]
 MlpKind = Literal["gated", "plain"]
 
 
-class IntraNodeLink(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class IntraNodeLink(Spec):
     kind: LinkKind
     bandwidth_gbs: float = Field(gt=0, description="per-GPU bandwidth to the other GPUs of its node, GB/s")
 
 
-class GPUType(BaseModel):
+class GPUType(Spec):
     """One GPU type's figures; see data/gpus.yaml for their meaning and sources."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str
     tflops: float = Field(gt=0)
     memory_gb: float = Field(gt=0)
@@ -60,10 +60,9 @@ class GPUType(BaseModel):
         return float(self.peak_tflops.get(precision, self.tflops))
 
 
-class Architecture(BaseModel):
+class Architecture(Spec):
     """A decoder-only transformer, enough to count parameters, FLOPs and bytes."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str = "custom"
     layers: int = Field(gt=0)
     hidden: int = Field(gt=0)

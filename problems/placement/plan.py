@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from problems.placement.names import ASYNC, COLOCATED, MODES, ROUTES, SHARDINGS
-from problems.specio import load_model
+from problems.specio import Spec, load_model
 
 SCHEMA_VERSION = 1
 
@@ -25,8 +25,7 @@ Sharding = Literal[SHARDINGS]
 SyncRoute = Literal[ROUTES]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = Spec
 
 
 class SpecRef(_Strict):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from problems.errors import InputError
 from problems.placement.catalog import (
@@ -27,7 +27,7 @@ from problems.placement.catalog import (
     with_prior,
 )
 from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
-from problems.specio import load_model
+from problems.specio import Spec, load_model
 
 ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 
@@ -36,8 +36,7 @@ ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "tf32": 4, "fp32": 4}
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Spec = Spec
 
 
 # ---------------------------------------------------------------- cluster.yaml

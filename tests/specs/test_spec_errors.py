@@ -93,6 +93,13 @@ CLUSTER_CASES = {
     "misspelt top-level key": (GOOD_CLUSTER.replace("node_groups:", "nodegroups:"),
                                "nodegroups: unknown key (did you mean node_groups?)"),
     "not a mapping": ("- just\n- a list\n", "<root>: got list (a mapping: a cluster spec (see problems/clusters/))"),
+    # pydantic reads true as 1: a boolean where a number is expected is a mistake, not one node
+    "boolean for a count": (GOOD_CLUSTER.replace("nodes: 2", "nodes: true"),
+                            "node_groups[1].nodes: got true (a number, not true or false)"),
+    "boolean for a bandwidth": (GOOD_CLUSTER.replace("east: {inter_node_gbs: 50}", "east: {inter_node_gbs: true}"),
+                                "regions.east.inter_node_gbs: got true (a number, not true or false)"),
+    "boolean in a mapping of numbers": (GOOD_CLUSTER + "gpu_types:\n  H100: {peak_tflops: {bf16: 989, fp8: false}}\n",
+                                        "gpu_types.H100.peak_tflops: fp8: got false (a number, not true or false)"),
     "new gpu type lacks figures": (GOOD_CLUSTER + "gpu_types:\n  X9: {tflops: 100}\n",
                                    "gpu_types.X9.memory_gb: missing for a GPU type not in the catalog "
                                    "(tflops, memory_gb, bandwidth_tbs and price_usd_h for a new type)"),
@@ -163,6 +170,39 @@ def test_missing_file(tmp_path, capsys):
     code = main(["inspect", "--cluster", str(tmp_path / "nope.yaml")])
     err = capsys.readouterr().err
     assert code == 2 and err.strip().endswith("nope.yaml: no such file (a cluster spec (see problems/clusters/))")
+
+
+def test_a_directory_is_not_a_missing_file(tmp_path, capsys):
+    code = main(["inspect", "--cluster", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err == f"mosearch: {tmp_path}: is a directory (a file: a cluster spec (see problems/clusters/))\n"
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "\n\n"])
+def test_an_empty_file_says_so(tmp_path, capsys, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    code = main(["inspect", "--cluster", str(path)])
+    assert code == 2
+    assert capsys.readouterr().err == f"mosearch: {path}: the file is empty (a cluster spec (see problems/clusters/))\n"
+
+
+def test_a_boolean_for_a_number_is_refused_in_a_job_and_a_plan(tmp_path):
+    from problems.errors import InputError
+    from problems.placement.plan import load_plan
+    from problems.placement.predict import load_job
+
+    job = tmp_path / "job.yaml"
+    job.write_text("model: qwen2.5-1.5b\nseq_len: 1024\nglobal_batch: 8\ndp: true\n")
+    with pytest.raises(InputError, match=r"job\.yaml: dp: got true \(a number, not true or false\)$"):
+        load_job(job)
+    job.write_text("model: qwen2.5-1.5b\nseq_len: 1024\nglobal_batch: 8\nstage_layers: [14, true]\npp: 2\n")
+    with pytest.raises(InputError, match=r"stage_layers: \[1\]: got true"):
+        load_job(job)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("schema_version: true\n")
+    with pytest.raises(InputError, match=r"schema_version: got true"):
+        load_plan(plan)
 
 
 @pytest.mark.parametrize("cluster", sorted((REPO / "problems" / "clusters").glob("*.yaml")), ids=lambda p: p.stem)
