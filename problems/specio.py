@@ -25,6 +25,8 @@ def key_path(loc: tuple) -> str:
     """('node_groups', 0, 'gpu') -> 'node_groups[0].gpu'."""
     key = ""
     for part in loc:
+        if part == "[key]":  # pydantic's mark of a mapping's key (rather than its value) that is wrong
+            continue
         if isinstance(part, int):
             key += f"[{part}]"
         else:
@@ -48,6 +50,8 @@ def _describe(error: dict) -> tuple[str, str | None]:
         names = {"int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
                  "dict": "a mapping", "list": "a list", "model": "a mapping"}
         return f"got {given!r}", names.get(wanted, msg)
+    if kind == "finite_number":
+        return f"got {given!r}", "a finite number"
     if kind == NOT_A_BOOL:
         return msg, "a number, not true or false"
     if kind == "literal_error":

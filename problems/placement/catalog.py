@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field
@@ -17,6 +17,9 @@ DATA = Path(__file__).with_name("data")
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
 # Workload precisions: storage bytes and which peak the matmuls run at (GPUType.peak)
 Precision = Literal["bf16", "fp16", "tf32", "fp32", "fp8"]
+# dense peak TFLOP/s per precision: positive and finite (a zero or negative peak gave infinite or
+# negative times, and the baseline MILP a solver error)
+PeakTFLOPS = dict[Precision, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
 MlpKind = Literal["gated", "plain"]
 
 
@@ -40,7 +43,7 @@ class GPUType(Spec):
     attn_eff: float | None = Field(default=None, gt=0, le=1, description=(
         "achieved share of the 16-bit peak of the fused (flash) attention kernels in training, forward and "
         "backward; None: at `mfu`"))
-    peak_tflops: dict[Precision, float] = Field(
+    peak_tflops: PeakTFLOPS = Field(
         default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision; `tflops` where absent")
     train_fit: dict[Literal["layer_s", "elementwise_eff"], float] = Field(
         default_factory=dict, description="training figures fitted on measured per-layer times: the fixed seconds "

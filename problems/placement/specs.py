@@ -18,6 +18,7 @@ from problems.placement.catalog import (
     Architecture,
     GPUType,
     IntraNodeLink,
+    PeakTFLOPS,
     Precision,
     generation_priors,
     gpu_aliases,
@@ -70,7 +71,7 @@ class GPUTypeSpec(_Spec):
     """An override of a catalog GPU (any subset of fields) or a new GPU type (core fields required)."""
 
     tflops: float | None = Field(default=None, gt=0)
-    peak_tflops: dict[Precision, float] | None = None
+    peak_tflops: PeakTFLOPS | None = None
     memory_gb: float | None = Field(default=None, gt=0)
     bandwidth_tbs: float | None = Field(default=None, gt=0)
     intra_node: IntraNodeLink | None = None

@@ -52,6 +52,8 @@ def test_good_specs_pass(tmp_path, capsys):
     assert code == 0, err
     assert "H100@east" in out and "L40S@west" in out and "verdict" in out
 
+NEW_GPU = ("gpu_types:\n  X9: {{tflops: 100, memory_gb: 32, bandwidth_tbs: 1, price_usd_h: 1, generation: ada, "
+           "peak_tflops: {peak}}}\n")
 
 CLUSTER_CASES = {
     "yaml syntax": (GOOD_CLUSTER.replace("regions:\n", "regions: [\n"),
@@ -100,6 +102,16 @@ CLUSTER_CASES = {
                                 "regions.east.inter_node_gbs: got true (a number, not true or false)"),
     "boolean in a mapping of numbers": (GOOD_CLUSTER + "gpu_types:\n  H100: {peak_tflops: {bf16: 989, fp8: false}}\n",
                                         "gpu_types.H100.peak_tflops: fp8: got false (a number, not true or false)"),
+    # a peak that is not a positive, finite figure gave negative or infinite times (and the MILP baseline a
+    # solver traceback) in `mosearch plan`
+    "negative peak": (GOOD_CLUSTER + NEW_GPU.format(peak="{bf16: 5000, fp8: -3}"),
+                      "gpu_types.X9.peak_tflops.fp8: got -3 (a number > 0.0)"),
+    "zero peak": (GOOD_CLUSTER + NEW_GPU.format(peak="{bf16: 0}"), "gpu_types.X9.peak_tflops.bf16: got 0 (a number > 0.0)"),
+    "infinite peak": (GOOD_CLUSTER + NEW_GPU.format(peak="{bf16: .inf}"),
+                      "gpu_types.X9.peak_tflops.bf16: got inf (a finite number)"),
+    "peak of an unknown precision": (GOOD_CLUSTER + NEW_GPU.format(peak="{bf17: 100}"),
+                                     "gpu_types.X9.peak_tflops.bf17: got 'bf17' (one of 'bf16', 'fp16', 'tf32', "
+                                     "'fp32' or 'fp8')"),
     "new gpu type lacks figures": (GOOD_CLUSTER + "gpu_types:\n  X9: {tflops: 100}\n",
                                    "gpu_types.X9.memory_gb: missing for a GPU type not in the catalog "
                                    "(tflops, memory_gb, bandwidth_tbs and price_usd_h for a new type)"),
