@@ -138,6 +138,8 @@ def run(args) -> int:
         from mosearch.planner.restriction import describe
 
         out.print(describe(outcome.restriction))
+    for note in outcome.notes:
+        out.print(f"note: {note}", soft_wrap=True)
     state = "PARTIAL (interrupted): " if res.partial else ""
     # the time of all the evaluations counted (the structured stage's and the seeds' too, not only the
     # evolutionary search's) and of writing the results: what the user waited for

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,6 +18,10 @@ DATA = Path(__file__).with_name("data")
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
 # Workload precisions: storage bytes and which peak the matmuls run at (GPUType.peak)
 Precision = Literal["bf16", "fp16", "tf32", "fp32", "fp8"]
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+# what a precision runs on besides its own matmul units: fp8 keeps bf16 storage and runs attention and
+# the LM head at the bf16 peak (Transformer Engine and torchao float8 convert Linear layers only)
+ALSO_NEEDS = {"fp8": ("bf16",)}
 # dense peak TFLOP/s per precision: positive and finite (a zero or negative peak gave infinite or
 # negative times, and the baseline MILP a solver error)
 PeakTFLOPS = dict[Precision, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
@@ -44,7 +49,9 @@ class GPUType(Spec):
         "achieved share of the 16-bit peak of the fused (flash) attention kernels in training, forward and "
         "backward; None: at `mfu`"))
     peak_tflops: PeakTFLOPS = Field(
-        default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision; `tflops` where absent")
+        default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision the type runs: a "
+                                          "precision without one it cannot run (V100 has no BF16 units, A100 no FP8); "
+                                          "empty: a type known by `tflops` alone, every precision at it")
     train_fit: dict[Literal["layer_s", "elementwise_eff"], float] = Field(
         default_factory=dict, description="training figures fitted on measured per-layer times: the fixed seconds "
                                           "per layer and micro-batch, the achieved share of bandwidth of element-wise kernels")
@@ -56,10 +63,29 @@ class GPUType(Spec):
     aliases: list[str] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
 
+    def lacks(self, precision: str) -> list[str]:
+        """The precisions a `precision` workload needs that this type has no matmul units for (see
+        `peak_tflops`); empty when it can run it."""
+        if not self.peak_tflops:
+            return []
+        return [p for p in (precision, *ALSO_NEEDS.get(precision, ())) if p not in self.peak_tflops]
+
+    def runs(self, precision: str) -> bool:
+        return not self.lacks(precision)
+
+    def precision_problem(self, precision: str) -> str | None:
+        """Why this type cannot run a `precision` workload, in words, or None when it can."""
+        missing = self.lacks(precision)
+        return f"{self.name} cannot run {precision}: its peak_tflops has no {' or '.join(missing)} figure" if missing else None
+
     def peak(self, precision: str) -> float:
         """Dense peak TFLOP/s the matmuls of a `precision` workload run against: BF16/FP16 tensor
         cores, TF32 tensor cores (fp32 storage, TF32 matmuls) or the FP32 units (PyTorch's default
-        for fp32 matmuls since 1.12: `torch.backends.cuda.matmul.allow_tf32 = False`)."""
+        for fp32 matmuls since 1.12: `torch.backends.cuda.matmul.allow_tf32 = False`). ValueError for
+        a precision the type cannot run: callers refuse those first (`precision_problem`)."""
+        why = self.precision_problem(precision)
+        if why:
+            raise ValueError(why)
         return float(self.peak_tflops.get(precision, self.tflops))
 
 

@@ -323,7 +323,8 @@ class Layout:
         P = self.n_pools
         x = np.zeros(self.n_var)
         by_id = {p.pool: p for p in plan.pools}
-        unknown = set(by_id) - {p.id for p in cluster.pools}
+        # a pool the plan leaves idle may be one the problem left out (problem.py: its precision)
+        unknown = {p.pool for p in plan.pools if p.used_gpus} - {p.id for p in cluster.pools}
         if unknown:
             raise ValueError(f"plan names pools not in the cluster: {sorted(unknown)}")
         colo = plan.execution.mode == COLOCATED

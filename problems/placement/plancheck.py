@@ -9,9 +9,16 @@ from problems.placement.specs import Cluster, Workload
 
 
 def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, path: str | None = None) -> None:
-    """Rollout and training TP must shard the model's attention heads and KV heads and tile a node."""
+    """Every GPU the plan uses runs the workload's precision; rollout and training TP must shard the
+    model's attention heads and KV heads and tile a node."""
     model = workload.model
     nodes = {p.id: p.gpus_per_node for p in cluster.pools} if cluster is not None else {}
+    gpus = {p.id: p.gpu for p in cluster.pools} if cluster is not None else {}
+    for i, p in enumerate(plan.pools):
+        why = gpus[p.pool].precision_problem(workload.precision) if p.used_gpus and p.pool in gpus else None
+        if why:
+            raise InputError(path, f"pools[{i}].pool", why, f"a plan without {p.pool}: `mosearch plan` leaves out "
+                             f"the pools that cannot run the workload's {workload.precision}")
     for i, p in enumerate(plan.pools):
         if p.rollout_engines == 0:
             continue

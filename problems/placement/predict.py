@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from problems.errors import InputError
-from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
+from problems.placement.catalog import PRECISIONS, Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
 from problems.placement.names import (AMP_AUTOCAST_HELP, ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP,
@@ -166,6 +166,13 @@ def _job_context(job: TrainingJob, where: str | None):
                              "a catalog type; nearest: " + (", ".join(nearest(g, list(types))) or ", ".join(types)))
         names.append(canonical)
     kinds = list(dict.fromkeys(names))  # pools in stage (or replica) order
+    for k in kinds:
+        why = types[k].precision_problem(job.precision)
+        if why:
+            common = [q for q in PRECISIONS if all(types[n].runs(q) for n in kinds)]
+            raise InputError(where, "precision", why, f"a precision {', '.join(kinds)} run"
+                             f"{'s' if len(kinds) == 1 else ''}: {', '.join(common)}" if common else
+                             "GPU types that run it")
     per_type = {k: names.count(k) for k in kinds}  # stages (or replicas) of each type
     # GPUs of a type: dp replicas x tp x its stages, or its replicas x tp x pp
     gpus_of = {k: per_type[k] * job.tp * (job.pp if per_replica else job.dp) for k in kinds}
@@ -375,6 +382,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     `mini_batches` > 1: that many optimizer updates per step, each on a slice of the batch, and no
     elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
     the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
+    from problems.placement.plancheck import check_plan
     from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 
@@ -398,6 +406,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
                          f"{changes.get('response_mean', wl.response_mean)}", "at least --response-mean, or the "
                          "workload's response_len.mean")
     wl = dataclasses.replace(wl, **changes)
+    check_plan(plan, wl, cl, str(plan_file))
     prob = PlacementProblem(cl, wl)
     prob.ctx.updates = int(mini_batches)
     counts = {q.id: q.count for q in cl.pools}
@@ -419,9 +428,10 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     out["fits"] = bool(out["peak_mem_frac"] <= 1.0 and out["kv_shortfall"] <= 0.0)
     # the CUDA context and libraries in the training peaks (PyTorch's own counters do not see them)
     train = {p.pool for p in plan.pools if p.train_gpus + p.shared_gpus}
-    out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(cl.pools)
+    # the model's arrays follow the problem's pools (those that run the workload's precision)
+    out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(prob.cluster.pools)
                                          if q.id in train), default=0.0))
-    out["assumptions"] = prior_notes(cl) + engine_notes(prob.ctx, cl)
+    out["assumptions"] = prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster)
     return out
 
 

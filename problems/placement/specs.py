@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,7 @@ from problems.placement.catalog import (
     Architecture,
     GPUType,
     IntraNodeLink,
+    PRECISIONS,
     PeakTFLOPS,
     Precision,
     generation_priors,
@@ -147,9 +149,12 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
         given = over.model_dump(exclude_none=True, exclude={"source"})
         if canonical is not None:  # override some fields of a catalog type
             base = types[canonical].model_dump()
-            if "tflops" in given and "peak_tflops" not in given:
-                base["peak_tflops"] = {}  # a figure given here replaces the catalog's for every precision
-            base.update(given)
+            peaks = base["peak_tflops"]
+            if "tflops" in given:  # a figure given here replaces the catalog's for every precision it runs
+                peaks = {k: given["tflops"] for k in peaks}
+            # peaks given replace those of their precisions: the others (and which precisions the type
+            # runs, see GPUType.peak_tflops) stay the catalog's
+            base.update(given, peak_tflops={**peaks, **given.get("peak_tflops", {})})
             if over.source:
                 base["sources"] = {**base["sources"], **{k: over.source for k in given}}
             types[canonical] = GPUType(**base)
@@ -215,7 +220,8 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=f.mfu, prefill_eff=f.prefill_eff,
                         decode_eff=f.decode_eff, intra_node=intra)
         gpu.update(measured)
-        gpu["peak_tflops"] = {}  # the profile measured the peak in the precision it ran
+        # the profile measured the peak in the precision it ran: that figure for every precision the type runs
+        gpu["peak_tflops"] = {k: f.tflops for k in gpu["peak_tflops"]}
         gpu["train_fit"] = {}  # and its fit reads element-wise traffic at decode_eff, with its own overheads
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
@@ -436,6 +442,27 @@ def load_workload(path: str | Path) -> Workload:
         response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
         elementwise_kernels=spec.elementwise_kernels, amp_autocast=spec.amp_autocast,
     )
+
+
+def for_precision(cluster: Cluster, workload: Workload) -> tuple[Cluster, str | None]:
+    """The cluster less the pools whose GPU type cannot run the workload's precision (no BF16 on V100 or
+    T4, no FP8 before Ada and Hopper: `GPUType.runs`), and one line naming those left out (None when
+    none was). InputError naming the pools and the precision when no pool is left."""
+    precision = workload.precision
+    out = [p for p in cluster.pools if not p.gpu.runs(precision)]
+    if not out:
+        return cluster, None
+    missing = " or ".join(dict.fromkeys(m for p in out for m in p.gpu.lacks(precision)))
+    names = ", ".join(f"{p.id} ({p.count} GPUs)" for p in out)
+    keep = [p for p in cluster.pools if p.gpu.runs(precision)]
+    if not keep:
+        common = [q for q in PRECISIONS if all(p.gpu.runs(q) for p in cluster.pools)]
+        raise InputError(workload.path, "precision", f"{precision} runs on no pool of cluster {cluster.name!r}: "
+                         f"{names} (no {missing} figure in peak_tflops)",
+                         (f"a precision every pool runs ({', '.join(common)}), or " if common else "")
+                         + f"GPUs that run {precision}")
+    return (dataclasses.replace(cluster, pools=keep),
+            f"pools left out: {names} cannot run {precision} (no {missing} figure in peak_tflops)")
 
 
 def check_fits(cluster: Cluster, workload: Workload) -> None:
