@@ -24,14 +24,22 @@ def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, p
             continue
         why = model.tp_problem(p.rollout_tp, kv_replicas=True)
         if why:
-            raise InputError(path, f"pools[{i}].rollout_tp", why, "a divisor of the attention heads (vLLM)")
+            # vLLM gives each rank heads/tp query heads, and kv_heads/tp KV heads or a replica of one
+            rule = (f"a divisor of the {model.heads} attention heads that divides the {model.kv_heads} KV heads or is a "
+                    "multiple of them (vLLM)")
+            node = nodes.get(p.pool)
+            if node:
+                fits = [t for t in range(1, node + 1) if node % t == 0 and model.tp_problem(t, kv_replicas=True) is None]
+                rule += f"; on {p.pool}: {', '.join(map(str, fits))}"
+            raise InputError(path, f"pools[{i}].rollout_tp", why, rule)
         if p.pool in nodes and nodes[p.pool] % p.rollout_tp:
             raise InputError(path, f"pools[{i}].rollout_tp", f"TP {p.rollout_tp} does not tile a node of "
                              f"{p.pool}", f"a divisor of its {nodes[p.pool]} GPUs per node")
     tp = plan.train.tp
     why = model.tp_problem(tp, kv_replicas=False)
     if why:
-        raise InputError(path, "train.tp", why, "a divisor of the attention and KV heads (Megatron)")
+        raise InputError(path, "train.tp", why, f"a divisor of the {model.heads} attention heads and of the "
+                         f"{model.kv_heads} KV heads (Megatron)")
     train_nodes = [nodes[p.pool] for p in plan.pools if p.train_gpus + p.shared_gpus and p.pool in nodes]
     bad = [n for n in train_nodes if n % tp]
     if bad:

@@ -418,7 +418,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     try:
         x = prob.encode(plan)
     except ValueError as err:
-        raise InputError(str(plan_file), "pools", str(err), "a plan of this cluster") from None
+        raise InputError(str(plan_file), getattr(err, "key", "pools"), str(err), "a plan of this cluster") from None
     r = prob.evaluate_matrix(x[None, :])
     out = {k: float(v[0]) for k, v in r.items()}
     out["samples_per_step"] = float(wl.samples_per_step)
