@@ -51,6 +51,11 @@ SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(len(SHARDINGS))
 # optimizer state (and ZeRO-2 the gradients)
 PARAM_SHARDINGS = frozenset({"zero3", "fsdp"})
 
+# -- activation recomputation of a training job (`mosearch predict`) ----------------------------------
+# each name a job file or --recompute may give (hyphen or underscore alike) -> the job's value: true for
+# full recomputation, selective_op for torchtitan's selective op checkpointing
+RECOMPUTE = {"full": True, "selective_op": "selective_op", "selective-op": "selective_op"}
+
 # -- weight-sync routes ----------------------------------------------------------------------------
 ROUTES: tuple[str, ...] = ("direct", "staged")
 

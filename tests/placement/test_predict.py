@@ -344,3 +344,46 @@ def test_cli_a_job_in_a_precision_its_gpus_cannot_run_is_refused(tmp_path):
     assert flags.returncode == 2 and "V100 cannot run bf16" in flags.stderr and flags.stderr.count("\n") == 1
     assert _cli("--model", "qwen2.5-7b", "--stage-gpus", "H100,V100", "--pp", "2", "--seq-len", "1024",
                 "--global-batch", "8", "--precision", "fp16").returncode in (0, 3)
+
+
+def test_cli_interleave_and_sequence_parallel_need_a_layout_they_split():
+    """--interleave 3 with pp 1, 8 virtual stages over 7-layer stages, and --sequence-parallel with tp 1 were
+    scored (the last silently ignored); now one line naming the key, exit 2. Virtual stages of uneven layers
+    (3 over 7) are scored, with a line saying so: torchtitan runs them, and a validation row has them."""
+    base = ("--model", "qwen2.5-7b", "--gpu", "H100", "--seq-len", "1024", "--global-batch", "8")  # 28 layers
+    for flags, line in ((("--interleave", "3", "--pp", "1"),
+                         "interleave: 3 virtual stages per rank without a pipeline (pp 1) (1, or pp > 1)"),
+                        (("--interleave", "8", "--pp", "4"),
+                         "interleave: 8 virtual stages per rank for the 7 layer(s) of pipeline stage 0 (28 layers over "
+                         "pp 4) (at most the layers of every stage: a virtual stage holds at least one layer)"),
+                        (("--sequence-parallel", "--tp", "1"),
+                         "sequence_parallel: sequence parallelism with tp 1 (tp > 1 (it splits the layer norms' and "
+                         "dropout's tokens over the tensor-parallel ranks), or no sequence parallelism)")):
+        res = _cli(*base, *flags)
+        assert res.returncode == 2 and res.stdout == "" and res.stderr == f"mosearch: command line: {line}\n", res.stderr
+    assert _cli(*base, "--interleave", "7", "--pp", "4").returncode in (0, 3)
+    uneven = _cli(*base, "--interleave", "3", "--pp", "4", "--json")
+    assert uneven.returncode in (0, 3), uneven.stderr
+    assert any(a.startswith("interleave 3: virtual stages of uneven layers (a 7-layer stage as 3, 2, 2)")
+               for a in json.loads(uneven.stdout)["assumptions"])
+    assert _cli(*base, "--sequence-parallel", "--tp", "2").returncode in (0, 3)
+
+
+def test_job_file_takes_the_recompute_names_the_command_line_takes(tmp_path):
+    """`--recompute full` worked on the command line, `recompute: full` in a job file was refused."""
+    base = ("--model", "llama3.1-8b", "--gpu", "H100", "--seq-len", "4096", "--global-batch", "8", "--json")
+    job = tmp_path / "job.yaml"
+    for name in ("full", "selective-op", "selective_op"):
+        job.write_text(f"model: llama3.1-8b\ngpu: H100\nseq_len: 4096\nglobal_batch: 8\nrecompute: {name}\n")
+        from_file, from_flag = _cli("--job", str(job), "--json"), _cli(*base, "--recompute", name)
+        assert from_file.returncode in (0, 3) and from_flag.returncode in (0, 3), (name, from_file.stderr, from_flag.stderr)
+        assert json.loads(from_file.stdout)["memory_gb"] == json.loads(from_flag.stdout)["memory_gb"]
+
+
+def test_the_fsdp_assumption_is_listed_only_where_parameters_are_sharded():
+    def listed(**kw):
+        return any(a.startswith("ZeRO-3 / FSDP") for a in predict_training(job(**kw))["assumptions"])
+
+    assert not listed(sharding="none") and not listed(sharding="zero1", dp=2, micro_batch=2)
+    assert not listed(sharding="zero3", dp=1)  # one replica gathers nothing
+    assert listed(sharding="zero3", dp=2, micro_batch=2) and listed(sharding="fsdp", dp=2, micro_batch=2)
