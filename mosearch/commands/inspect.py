@@ -34,7 +34,7 @@ def cluster_tables(cluster: Cluster) -> list[Table]:
         usd, tf, mem, bw = p.count * g.price_usd_h, p.count * g.tflops, p.count * g.memory_gb, p.count * g.bandwidth_tbs
         total_usd, total_tf, total_mem, total_bw = total_usd + usd, total_tf + tf, total_mem + mem, total_bw + bw
         pools.add_row(p.id, str(p.count), str(p.gpus_per_node), _num(tf), _num(mem), _num(bw),
-                      f"{g.intra_node.kind} {p.intra_gbs:g} GB/s", f"{usd:,.2f}")
+                      f"{p.link_kind} {p.intra_gbs:g} GB/s", f"{usd:,.2f}")
     pools.add_row("total", str(cluster.total_gpus), "", _num(total_tf), _num(total_mem), _num(total_bw),
                   "", f"{total_usd:,.2f}", style="bold")
 

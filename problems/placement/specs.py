@@ -108,10 +108,16 @@ class Pool:
     gpus_per_node: int
     intra_gbs: float
     inter_gbs: float
+    intra_kind: str | None = None  # the link of intra_gbs where a node group gives its own (else the GPU type's)
 
     @property
     def max_tp(self) -> int:
         return self.gpus_per_node
+
+    @property
+    def link_kind(self) -> str:
+        """The kind of link between the GPUs of a node (nvlink, pcie, ...), as its figure intra_gbs."""
+        return self.intra_kind or self.gpu.intra_node.kind
 
 
 @dataclass
@@ -283,14 +289,16 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
     pools = []
     for (gpu_name, region), groups in grouped.items():
         gpu = types[gpu_name]
-        intra = min((g.intra_node or gpu.intra_node).bandwidth_gbs for g in groups)
+        # a pool's GPUs talk over the slowest node link among its groups: its figure and its kind
+        link = min((g.intra_node or gpu.intra_node for g in groups), key=lambda link: link.bandwidth_gbs)
         pools.append(Pool(
             id=f"{gpu_name}@{region}",
             gpu=gpu,
             region=region,
             count=sum(g.nodes * g.gpus_per_node for g in groups),
             gpus_per_node=min(g.gpus_per_node for g in groups),
-            intra_gbs=intra,
+            intra_gbs=link.bandwidth_gbs,
+            intra_kind=link.kind,
             # a pool's nodes talk over the slowest network among its groups
             inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
         ))

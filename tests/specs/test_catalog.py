@@ -158,3 +158,20 @@ def test_tiny_preset_matches_the_model_the_trainer_builds():
         TINY_ARCH["num_key_value_heads"], TINY_ARCH["intermediate_size"], TINY_ARCH["head_dim"],
         TINY_ARCH["tie_word_embeddings"])
     assert tiny.vocab == len(SPECIAL_TOKENS) + len(CHARS)
+
+
+def test_a_node_groups_own_link_is_shown_with_its_kind(tmp_path, capsys):
+    """H100 nodes given `intra_node: {kind: pcie, bandwidth_gbs: 64}` were shown as 'nvlink 64 GB/s' (the
+    catalog's kind beside the group's figure)."""
+    from mosearch.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\nnode_groups:\n  - {gpu: H100, nodes: 2, "
+                    "gpus_per_node: 4, region: r, intra_node: {kind: pcie, bandwidth_gbs: 64}}\n"
+                    "  - {gpu: A100, nodes: 1, gpus_per_node: 8, region: r}\n")
+    pools = {p.id: p for p in load_cluster(path).pools}
+    assert (pools["H100@r"].link_kind, pools["H100@r"].intra_gbs) == ("pcie", 64)
+    assert (pools["A100-80G@r"].link_kind, pools["A100-80G@r"].intra_gbs) == ("nvlink", 600)
+    assert main(["inspect", "--cluster", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "pcie 64 GB/s" in out and "nvlink 64" not in out and "nvlink 600 GB/s" in out
