@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from problems.placement.names import ASYNC, COLOCATED, MODES, ROUTES, SHARDINGS
 from problems.specio import Spec, load_model
@@ -105,6 +105,15 @@ class Selection(_Strict):
 
 class Plan(_Strict):
     schema_version: int = SCHEMA_VERSION
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v != SCHEMA_VERSION:  # a later schema may mean its keys otherwise: read none of it
+            raise ValueError(f"got {v}, a version this mosearch does not know (it reads and writes version "
+                             f"{SCHEMA_VERSION}: pick the plan again with this mosearch)")
+        return v
+
     plan_id: str
     cluster: SpecRef
     workload: SpecRef

@@ -217,6 +217,25 @@ def test_a_boolean_for_a_number_is_refused_in_a_job_and_a_plan(tmp_path):
         load_plan(plan)
 
 
+def test_a_plan_of_a_schema_version_this_code_does_not_know_is_refused(tmp_path, capsys):
+    from problems.placement.plan import Plan, load_plan
+
+    plan = Plan.model_validate({
+        "plan_id": "p", "cluster": {"name": "c", "path": "c.yaml", "sha256": "0" * 64},
+        "workload": {"name": "w", "path": "w.yaml", "sha256": "0" * 64},
+        "pools": [{"pool": "H100@r", "gpu": "H100", "region": "r", "rollout_gpus": 0, "train_gpus": 0, "shared_gpus": 1,
+                   "rollout_tp": 1}],
+        "rollout": {"kv_mem_frac": 0.8, "max_num_seqs": 64}, "train": {"dp": 1, "tp": 1, "pp": 1, "micro_batch": 1},
+        "execution": {"mode": "colocated", "staleness_bound": 0, "pipeline_chunks": 1}, "weight_sync": {"route": "direct"}})
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan.to_yaml())
+    assert load_plan(path).schema_version == 1
+    path.write_text(plan.to_yaml().replace("schema_version: 1", "schema_version: 2"))
+    assert main(["predict", "--plan", str(path)]) == 2
+    assert capsys.readouterr().err == (f"mosearch: {path}: schema_version: got 2, a version this mosearch does not know "
+                                       "(it reads and writes version 1: pick the plan again with this mosearch)\n")
+
+
 @pytest.mark.parametrize("cluster", sorted((REPO / "problems" / "clusters").glob("*.yaml")), ids=lambda p: p.stem)
 def test_inspect_runs_on_every_shipped_cluster(cluster, capsys):
     assert main(["inspect", "--cluster", str(cluster)]) == 0
