@@ -155,6 +155,11 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
         given = over.model_dump(exclude_none=True, exclude={"source"})
         if canonical is not None:  # override some fields of a catalog type
             base = types[canonical].model_dump()
+            if over.generation not in (None, base["generation"]):
+                # a generation only supplies a new type's missing efficiencies: a catalog type has its own
+                raise InputError(path, f"{key}.generation", f"{over.generation!r} for catalog type {canonical}, of "
+                                 f"generation {base['generation']}", "no generation for a catalog type (it picks a new "
+                                 "type's efficiencies); mfu, prefill_eff or decode_eff to change this one's")
             peaks = base["peak_tflops"]
             if "tflops" in given:  # a figure given here replaces the catalog's for every precision it runs
                 peaks = {k: given["tflops"] for k in peaks}
@@ -163,6 +168,14 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
             base.update(given, peak_tflops={**peaks, **given.get("peak_tflops", {})})
             if over.source:
                 base["sources"] = {**base["sources"], **{k: over.source for k in given}}
+            if name.lower() != canonical.lower():
+                # overridden under one of its aliases: a type of that name, so that its pools are named as the
+                # node groups name it ("A100@dc" with memory_gb 40, not "A100-80G@dc"); the alias now means
+                # it, the catalog type's other names still the catalog's figures
+                types[canonical] = types[canonical].model_copy(
+                    update={"aliases": [a for a in types[canonical].aliases if a.lower() != name.lower()]})
+                base.update(name=name, aliases=[])
+                canonical = name
             types[canonical] = GPUType(**base)
             continue
         missing = [f for f in ("tflops", "memory_gb", "bandwidth_tbs", "price_usd_h") if f not in given]
@@ -217,7 +230,10 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
             raise InputError(path, key, f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
         file = Path(ref) if Path(ref).is_absolute() else Path(path).parent / ref
         profile = load_profile(file)
-        if aliases.get(profile.device_type.lower()) != canonical:
+        catalog = gpu_aliases(gpu_catalog())  # a type overridden under an alias is still its catalog part
+        if aliases.get(profile.device_type.lower()) != canonical and (
+                catalog.get(profile.device_type.lower()) is None
+                or catalog.get(profile.device_type.lower()) != catalog.get(gpu_type.lower())):
             raise InputError(path, key, f"{file} profiles {profile.device_type!r}, not {canonical!r}",
                              "a profile measured on this GPU type")
         f = profile.fitted
@@ -251,8 +267,14 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
         raise InputError(path, "node_groups", "empty cluster", "at least one node group with GPUs")
 
     grouped: dict[tuple[str, str], list[NodeGroupSpec]] = {}
+    named: dict[str, int] = {}
     for i, g in enumerate(spec.node_groups):
         key = f"node_groups[{i}]"
+        if g.name is not None and g.name in named:
+            raise InputError(path, f"{key}.name", f"{g.name!r} names node_groups[{named[g.name]}] too",
+                             "a name of its own for each node group")
+        if g.name is not None:
+            named[g.name] = i
         canonical = aliases.get(g.gpu.lower())
         if canonical is None:
             hint = ", ".join(nearest(g.gpu, list(types))) or ", ".join(types)

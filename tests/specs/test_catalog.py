@@ -175,3 +175,23 @@ def test_a_node_groups_own_link_is_shown_with_its_kind(tmp_path, capsys):
     assert main(["inspect", "--cluster", str(path)]) == 0
     out = capsys.readouterr().out
     assert "pcie 64 GB/s" in out and "nvlink 64" not in out and "nvlink 600 GB/s" in out
+
+
+def test_a_catalog_type_overridden_under_an_alias_takes_that_name(tmp_path):
+    """`A100: {memory_gb: 40}` left the pool named 'A100-80G@r' with 40 GB, and an override of alias A100
+    changed the nodes named A100-80G too (one pool of both). The override is now a type of the name it is
+    given under; the catalog part keeps its other names and its figures."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\n"
+                    "gpu_types:\n  A100: {memory_gb: 40, bandwidth_tbs: 1.555, price_usd_h: 0.5}\n"
+                    "node_groups:\n  - {gpu: A100, nodes: 1, gpus_per_node: 4, region: r}\n"
+                    "  - {gpu: A100-SXM-80G, nodes: 1, gpus_per_node: 8, region: r}\n")
+    pools = {p.id: p for p in load_cluster(path).pools}
+    assert set(pools) == {"A100@r", "A100-80G@r"}
+    assert (pools["A100@r"].count, pools["A100@r"].gpu.memory_gb, pools["A100@r"].gpu.price_usd_h) == (4, 40, 0.5)
+    assert pools["A100@r"].gpu.peak("bf16") == 312 and pools["A100@r"].gpu.mfu == gpu_catalog()["A100-80G"].mfu
+    assert (pools["A100-80G@r"].count, pools["A100-80G@r"].gpu.memory_gb) == (8, 80)
+    # under its own name it stays the catalog type, overridden
+    path.write_text(path.read_text().replace("  A100: {", "  A100-80G: {"))
+    pools = {p.id: p for p in load_cluster(path).pools}
+    assert set(pools) == {"A100-80G@r"} and pools["A100-80G@r"].gpu.memory_gb == 40

@@ -112,6 +112,14 @@ CLUSTER_CASES = {
     "peak of an unknown precision": (GOOD_CLUSTER + NEW_GPU.format(peak="{bf17: 100}"),
                                      "gpu_types.X9.peak_tflops.bf17: got 'bf17' (one of 'bf16', 'fp16', 'tf32', "
                                      "'fp32' or 'fp8')"),
+    "two node groups of one name": (GOOD_CLUSTER.replace("  - {gpu: L40S", "  - {name: a, gpu: L40S").replace(
+        "  - {gpu: H100", "  - {name: a, gpu: H100"),
+        "node_groups[1].name: 'a' names node_groups[0] too (a name of its own for each node group)"),
+    # a generation supplies a new type's efficiencies; on a catalog type it was silently ignored
+    "generation of a catalog type": (GOOD_CLUSTER + "gpu_types:\n  H100: {generation: turing}\n",
+                                     "gpu_types.H100.generation: 'turing' for catalog type H100, of generation hopper "
+                                     "(no generation for a catalog type (it picks a new type's efficiencies); mfu, "
+                                     "prefill_eff or decode_eff to change this one's)"),
     "new gpu type lacks figures": (GOOD_CLUSTER + "gpu_types:\n  X9: {tflops: 100}\n",
                                    "gpu_types.X9.memory_gb: missing for a GPU type not in the catalog "
                                    "(tflops, memory_gb, bandwidth_tbs and price_usd_h for a new type)"),
