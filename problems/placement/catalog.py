@@ -104,6 +104,9 @@ class Architecture(Spec):
     qkv_bias: bool = False
     head_dim: int | None = Field(default=None, gt=0, description="defaults to hidden / heads")
     published_params: float | None = Field(default=None, description="the count the model card states")
+    max_context: int | None = Field(default=None, gt=0, description=(
+        "the longest sequence (prompt + response) the model takes, tokens: its config.json "
+        "max_position_embeddings; None: not known, not checked"))
 
     @property
     def hd(self) -> int:

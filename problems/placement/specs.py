@@ -462,6 +462,13 @@ def load_workload(path: str | Path) -> Workload:
                          "at least 2 (GRPO scores each sample against its group), or algorithm ppo")
     if spec.response_len.max + spec.prompt_len <= 0:
         raise InputError(path, "response_len.max", "no tokens per sample")
+    if arch.max_context is not None and spec.prompt_len + spec.response_len.max > arch.max_context:
+        # the engines refuse a longer sequence (vLLM's max_model_len is at most the model's)
+        raise InputError(path, "response_len.max", f"prompt_len {spec.prompt_len} + response_len.max "
+                         f"{spec.response_len.max} = {spec.prompt_len + spec.response_len.max} tokens, beyond the "
+                         f"{arch.max_context} of {arch.name}'s context (max_position_embeddings)",
+                         f"at most {arch.max_context - spec.prompt_len}" if spec.prompt_len < arch.max_context
+                         else f"a prompt_len below {arch.max_context}")
     ppo = spec.algorithm == "ppo"
     return Workload(
         name=spec.name, path=path, model=arch, algorithm=spec.algorithm,

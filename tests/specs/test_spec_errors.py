@@ -168,6 +168,11 @@ WORKLOAD_CASES = {
         "model.hiden: unknown key (did you mean hidden?)"),
     "model neither name nor mapping": (GOOD_WORKLOAD.replace("model: qwen2.5-1.5b", "model: 7"),
                                        "model: got 7 (a string or a mapping)"),
+    # a 1M-token response for a 131072-token model was planned
+    "response beyond the model's context": (GOOD_WORKLOAD.replace("max: 1024", "max: 1000000"),
+                                            "response_len.max: prompt_len 128 + response_len.max 1000000 = 1000128 "
+                                            "tokens, beyond the 131072 of qwen2.5-1.5b's context "
+                                            "(max_position_embeddings) (at most 130944)"),
     "model fits nowhere": (GOOD_WORKLOAD.replace("qwen2.5-1.5b", "llama3.1-70b"),
                            "model: weights of llama3.1-70b need 141.1 GB in bf16; the whole cluster 'tiny' has "
                            "48.0 GB (a smaller model or a larger cluster)"),
@@ -184,6 +189,31 @@ def test_bad_workload(tmp_path, capsys, case):
     assert code == 2
     assert out == ""
     assert err == f"mosearch: {wpath}: {expected}\n"
+
+
+def test_a_model_directory_gives_its_context_length(tmp_path):
+    """A local Hugging Face model's max_position_embeddings bounds prompt + response as a preset's does."""
+    import json
+
+    from tokenizers import Tokenizer, models
+
+    from problems.errors import InputError
+    from problems.placement.specs import load_workload
+
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "intermediate_size": 256, "vocab_size": 300, "max_position_embeddings": 64}))
+    Tokenizer(models.WordLevel({"<unk>": 0, "hello": 1}, unk_token="<unk>")).save(str(m / "tokenizer.json"))
+    w = tmp_path / "w.yaml"
+    w.write_text("name: w\nmodel: m\nalgorithm: grpo\nprompts_per_step: 4\nsamples_per_prompt: 2\nprompt_len: 16\n"
+                 "response_len: {mean: 16, max: 48}\nmax_staleness: 1\n")
+    assert load_workload(w).model.max_context == 64
+    w.write_text(w.read_text().replace("max: 48", "max: 49"))
+    with pytest.raises(InputError, match=r"response_len\.max: prompt_len 16 \+ response_len\.max 49 = 65 tokens, "
+                                         r"beyond the 64 of m's context .* \(at most 48\)$"):
+        load_workload(w)
 
 
 def test_missing_file(tmp_path, capsys):
