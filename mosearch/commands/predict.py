@@ -15,7 +15,7 @@ import argparse
 import json
 
 from problems.errors import InputError
-from problems.placement.names import RECOMPUTE, SHARDINGS
+from problems.placement.names import PRECISIONS, RECOMPUTE, SHARDINGS
 
 JOB_FLAGS = ("model", "precision", "attention", "seq_len", "global_batch", "micro_batch", "dp", "tp", "pp",
              "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave")
@@ -40,7 +40,7 @@ def add_parser(subparsers) -> None:
     src.add_argument("--job", help="a training job YAML (keys as the flags below, with underscores)")
     g = p.add_argument_group("training job (without --plan/--job)")
     g.add_argument("--model", help="model preset (e.g. llama3.1-8b); an architecture mapping needs --job")
-    g.add_argument("--precision", choices=["bf16", "fp16", "fp8", "tf32", "fp32"], help=PRECISION_HELP)
+    g.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP)
     g.add_argument("--attention", choices=["flash", "unfused"])
     g.add_argument("--seq-len", type=int)
     g.add_argument("--global-batch", type=int, help="sequences per optimizer step")

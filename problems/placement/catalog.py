@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -11,14 +10,14 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
+from problems.placement.names import PRECISIONS
 from problems.specio import Spec
 
 DATA = Path(__file__).with_name("data")
 
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
 # Workload precisions: storage bytes and which peak the matmuls run at (GPUType.peak)
-Precision = Literal["bf16", "fp16", "tf32", "fp32", "fp8"]
-PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 # what a precision runs on besides its own matmul units: fp8 keeps bf16 storage and runs attention and
 # the LM head at the bf16 peak (Transformer Engine and torchao float8 convert Linear layers only)
 ALSO_NEEDS = {"fp8": ("bf16",)}

@@ -22,6 +22,11 @@ MODE_WORDS = {COLOCATED: "colocated (rollout and training share GPUs in turn)",
               ASYNC: "asynchronous (separate GPUs, bounded staleness)"}
 OTHER_COLOUR = "#7f7f7f"
 
+# -- precisions of a workload or training job ------------------------------------------------------
+# storage bytes and the matmul units each runs on: problems/placement/specs.py PRECISION_BYTES and the
+# GPU catalog's peak_tflops (catalog.GPUType.peak)
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
 # -- element-wise kernels of the training layers ---------------------------------------------------
 # how the training layers run their element-wise operations (model/training.py `eager_elementwise_bytes`)
 ELEMENTWISE_KERNELS: tuple[str, ...] = ("fused", "eager", "eager-fused-norm", "eager-activation")

@@ -22,11 +22,11 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from problems.errors import InputError
-from problems.placement.catalog import PRECISIONS, Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
+from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
 from problems.placement.names import (AMP_AUTOCAST_HELP, ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP,
-                                      RECOMPUTE, SHARDINGS, params_sharded_by)
+                                      PRECISIONS, RECOMPUTE, SHARDINGS, params_sharded_by)
 from problems.placement.plan import Sharding
 from problems.specio import load_model
 

@@ -19,7 +19,6 @@ from problems.placement.catalog import (
     Architecture,
     GPUType,
     IntraNodeLink,
-    PRECISIONS,
     PeakTFLOPS,
     Precision,
     generation_priors,
@@ -29,7 +28,7 @@ from problems.placement.catalog import (
     nearest,
     with_prior,
 )
-from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
+from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP, PRECISIONS
 from problems.specio import Spec, load_model
 
 ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
