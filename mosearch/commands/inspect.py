@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from problems.placement.specs import Cluster, Workload, check_fits, load_cluster, load_workload
+from problems.placement.specs import Cluster, Workload, check_fits, for_precision, load_cluster, load_workload
 
 GB = 1e9
 
@@ -107,8 +107,11 @@ def run(args: argparse.Namespace) -> int:
     # validate everything before printing anything, so a bad file leaves no half report
     cluster = load_cluster(args.cluster)
     workload = load_workload(args.workload) if args.workload else None
+    left_out = None
     if workload is not None:
-        check_fits(cluster, workload)  # weights larger than the whole cluster: bad input, exit 2
+        # the pools a plan can use: those whose GPUs run the workload's precision (no pool left: exit 2)
+        usable, left_out = for_precision(cluster, workload)
+        check_fits(usable, workload)  # weights larger than the whole cluster: bad input, exit 2
     for table in cluster_tables(cluster):
         console.print(table)
     from problems.placement.predict import prior_notes
@@ -118,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if workload is None:
         return 0
     console.print(workload_table(workload))
-    ok, reason = verdict(cluster, workload)
+    if left_out:
+        console.print(f"note: {left_out}", soft_wrap=True)
+    ok, reason = verdict(usable, workload)
     console.print(f"[bold {'green' if ok else 'red'}]verdict:[/] {reason}")
     return 0 if ok else 1

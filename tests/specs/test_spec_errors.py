@@ -216,6 +216,19 @@ def test_a_model_directory_gives_its_context_length(tmp_path):
         load_workload(w)
 
 
+def test_inspect_says_which_pools_cannot_run_the_workloads_precision(tmp_path, capsys):
+    cluster = ("name: c\nregions: {r: {inter_node_gbs: 10}}\nnode_groups:\n"
+               "  - {gpu: V100, nodes: 1, gpus_per_node: 8, region: r}\n  - {gpu: A100, nodes: 1, gpus_per_node: 8, region: r}\n")
+    code, out, err, _, wpath = run_inspect(tmp_path, cluster, GOOD_WORKLOAD, capsys)
+    assert code == 0, err
+    assert "note: pools left out: V100@r (8 GPUs) cannot run bf16 (no bf16 figure in peak_tflops)" in out
+    assert "fit one A100-80G node" in out
+    code, out, err, _, wpath = run_inspect(tmp_path, cluster.split("  - {gpu: A100")[0], GOOD_WORKLOAD, capsys)
+    assert code == 2 and out == ""
+    assert err == (f"mosearch: {wpath}: precision: bf16 runs on no pool of cluster 'c': V100@r (8 GPUs) (no bf16 figure "
+                   "in peak_tflops) (a precision every pool runs (fp16, tf32, fp32), or GPUs that run bf16)\n")
+
+
 def test_missing_file(tmp_path, capsys):
     code = main(["inspect", "--cluster", str(tmp_path / "nope.yaml")])
     err = capsys.readouterr().err
