@@ -235,7 +235,7 @@ def test_job_file_and_its_errors(tmp_path):
 def test_workload_precision_and_attention_reach_the_planner(tmp_path):
     import yaml
 
-    from tests.placement.conftest import WORKLOADS, problem
+    from tests.placement.conftest import WORKLOADS
 
     base = yaml.safe_load((WORKLOADS / "qwen2.5-7b-grpo.yaml").read_text())
     paths = {}
