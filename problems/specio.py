@@ -7,12 +7,14 @@ problem, named by its dotted key path.
 from __future__ import annotations
 
 import difflib
+import types
 import typing
 from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from problems.errors import InputError
 
@@ -23,6 +25,8 @@ def key_path(loc: tuple) -> str:
     """('node_groups', 0, 'gpu') -> 'node_groups[0].gpu'."""
     key = ""
     for part in loc:
+        if part == "[key]":  # pydantic's mark of a mapping's key (rather than its value) that is wrong
+            continue
         if isinstance(part, int):
             key += f"[{part}]"
         else:
@@ -46,6 +50,10 @@ def _describe(error: dict) -> tuple[str, str | None]:
         names = {"int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
                  "dict": "a mapping", "list": "a list", "model": "a mapping"}
         return f"got {given!r}", names.get(wanted, msg)
+    if kind == "finite_number":
+        return f"got {given!r}", "a finite number"
+    if kind == NOT_A_BOOL:
+        return msg, "a number, not true or false"
     if kind == "literal_error":
         return f"got {given!r}", msg.replace("Input should be ", "one of ")
     if kind == "value_error":
@@ -134,6 +142,8 @@ def _without_branch_tags(errors: list[dict]) -> list[dict]:
 def read_yaml_mapping(path: str | Path, what: str) -> dict:
     """Load a YAML file that must hold a mapping; `what` says what the file should be."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(str(path), None, "is a directory", f"a file: {what}")
     if not path.is_file():
         raise InputError(str(path), None, "no such file", what)
     try:
@@ -143,6 +153,8 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         reason = getattr(err, "problem", None) or "syntax error"
         raise InputError(str(path), "<root>", f"invalid YAML{where}: {reason}", what) from None
+    if data is None:  # nothing but whitespace and comments
+        raise InputError(str(path), None, "the file is empty", what)
     if not isinstance(data, dict):
         raise InputError(str(path), "<root>", f"got {type(data).__name__}", f"a mapping: {what}")
     return data
@@ -154,3 +166,57 @@ def load_model(path: str | Path, model: type[M], what: str, context: dict | None
         return model.model_validate(data, context=context)
     except ValidationError as err:
         raise validation_error(path, err, model) from None
+
+
+# -- booleans where a number is expected ------------------------------------------------------------
+# pydantic's lax mode reads true as 1 and false as 0 for int and float fields: `nodes: true` would be one
+# node. Strict mode would refuse it but also the YAML lists that tuple fields take, so the spec models
+# refuse booleans themselves, for every field whose annotation wants a number and not a bool.
+NOT_A_BOOL = "number_not_bool"
+
+
+def _alternatives(ann) -> tuple:
+    """The types an annotation admits: the members of a union (Optional included), Annotated unwrapped."""
+    if typing.get_origin(ann) is typing.Annotated:
+        return _alternatives(typing.get_args(ann)[0])
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        return tuple(a for arg in typing.get_args(ann) for a in _alternatives(arg))
+    return (ann,)
+
+
+def _bool_at(ann, value, key: str = "") -> tuple[str, bool] | None:
+    """(where, the boolean) of a boolean in `value` that stands for a number `ann` wants (where: '' for
+    the value itself, '.k' or '[i]' within a mapping or list); None where there is none."""
+    alts = _alternatives(ann)
+    if isinstance(value, bool):
+        return (key, value) if bool not in alts and any(a in (int, float) for a in alts) else None
+    for a in alts:
+        origin, args = typing.get_origin(a), typing.get_args(a)
+        if isinstance(value, dict) and origin is dict and len(args) == 2:
+            items = ((f"{key}.{k}", args[1], v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)) and origin in (list, tuple) and args:
+            items = ((f"{key}[{i}]", args[0] if origin is list or args[-1] is Ellipsis or i >= len(args) else args[i], v)
+                     for i, v in enumerate(value))
+        else:
+            continue
+        for where, inner, v in items:
+            hit = _bool_at(inner, v, where)
+            if hit is not None:
+                return hit
+    return None
+
+
+class Spec(BaseModel):
+    """Base of the models read from input files: unknown keys and booleans given for numbers refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value, info: ValidationInfo):
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        hit = None if field is None else _bool_at(field.annotation, value)
+        if hit is not None:
+            where, given = hit
+            raise PydanticCustomError(NOT_A_BOOL, f"{where.lstrip('.') + ': ' if where else ''}got {str(given).lower()}")
+        return value

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from problems.placement.specs import Cluster, Workload, check_fits, load_cluster, load_workload
+from problems.placement.specs import Cluster, Workload, check_fits, for_precision, load_cluster, load_workload
 
 GB = 1e9
 
@@ -36,7 +36,7 @@ def cluster_tables(cluster: Cluster) -> list[Table]:
         per_node = (f"{'+'.join(map(str, p.node_sizes))} (planned as {p.gpus_per_node})" if p.node_sizes
                     else str(p.gpus_per_node))
         pools.add_row(p.id, str(p.count), per_node, _num(tf), _num(mem), _num(bw),
-                      f"{g.intra_node.kind} {p.intra_gbs:g} GB/s", f"{usd:,.2f}")
+                      f"{p.link_kind} {p.intra_gbs:g} GB/s", f"{usd:,.2f}")
     pools.add_row("total", str(cluster.total_gpus), "", _num(total_tf), _num(total_mem), _num(total_bw),
                   "", f"{total_usd:,.2f}", style="bold")
 
@@ -106,8 +106,11 @@ def run(args: argparse.Namespace) -> int:
     # validate everything before printing anything, so a bad file leaves no half report
     cluster = load_cluster(args.cluster)
     workload = load_workload(args.workload) if args.workload else None
+    left_out = None
     if workload is not None:
-        check_fits(cluster, workload)  # weights larger than the whole cluster: bad input, exit 2
+        # the pools a plan can use: those whose GPUs run the workload's precision (no pool left: exit 2)
+        usable, left_out = for_precision(cluster, workload)
+        check_fits(usable, workload)  # weights larger than the whole cluster: bad input, exit 2
     for table in cluster_tables(cluster):
         console.print(table)
     from problems.placement.predict import prior_notes
@@ -117,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if workload is None:
         return 0
     console.print(workload_table(workload))
-    ok, reason = verdict(cluster, workload)
+    if left_out:
+        console.print(f"note: {left_out}", soft_wrap=True)
+    ok, reason = verdict(usable, workload)
     console.print(f"[bold {'green' if ok else 'red'}]verdict:[/] {reason}")
     return 0 if ok else 1

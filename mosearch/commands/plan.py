@@ -134,12 +134,12 @@ def run(args) -> int:
     out.print(front_table(top, outcome.baselines,
                           f"{len(shown)} distinct plans of {len(outcome.plans)} Pareto plans found (fastest 10 shown; "
                           f"the rest: mosearch show {args.out})", knee_id))
-    for note in outcome.notes:
-        out.print(note)
     if outcome.restriction is not None:
         from mosearch.planner.restriction import describe
 
         out.print(describe(outcome.restriction))
+    for note in outcome.notes:
+        out.print(f"note: {note}", soft_wrap=True)
     state = "PARTIAL (interrupted): " if res.partial else ""
     # the time of all the evaluations counted (the structured stage's and the seeds' too, not only the
     # evolutionary search's) and of writing the results: what the user waited for

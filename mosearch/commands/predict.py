@@ -15,7 +15,7 @@ import argparse
 import json
 
 from problems.errors import InputError
-from problems.placement.names import SHARDINGS
+from problems.placement.names import PRECISIONS, RECOMPUTE, SHARDINGS
 
 JOB_FLAGS = ("model", "precision", "attention", "seq_len", "global_batch", "micro_batch", "dp", "tp", "pp",
              "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave")
@@ -40,7 +40,7 @@ def add_parser(subparsers) -> None:
     src.add_argument("--job", help="a training job YAML (keys as the flags below, with underscores)")
     g = p.add_argument_group("training job (without --plan/--job)")
     g.add_argument("--model", help="model preset (e.g. llama3.1-8b); an architecture mapping needs --job")
-    g.add_argument("--precision", choices=["bf16", "fp16", "fp8", "tf32", "fp32"], help=PRECISION_HELP)
+    g.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP)
     g.add_argument("--attention", choices=["flash", "unfused"])
     g.add_argument("--seq-len", type=int)
     g.add_argument("--global-batch", type=int, help="sequences per optimizer step")
@@ -58,7 +58,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--inter-node-gbs", help="per-node network bandwidth, GB/s: one figure, or per GPU type "
                                             "('H100=400,RTX-4090=1.25': a network per node group)")
     g.add_argument("--sharding", choices=SHARDINGS)
-    g.add_argument("--recompute", nargs="?", const="full", choices=["full", "selective-op"],
+    g.add_argument("--recompute", nargs="?", const="full", choices=list(RECOMPUTE),
                    help="activation recomputation: full (the default when given alone) or selective-op "
                         "(torchtitan's selective op checkpointing)")
     g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tp > 1)")
@@ -84,7 +84,7 @@ def _job_from_flags(args):
 
     given = {k: getattr(args, k) for k in JOB_FLAGS if getattr(args, k) is not None}
     if args.recompute:
-        given["recompute"] = True if args.recompute == "full" else "selective_op"
+        given["recompute"] = args.recompute
     if args.sequence_parallel:
         given["sequence_parallel"] = True
     if args.no_reshard_after_forward:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -47,7 +47,8 @@ class PlanOutcome:
     front: np.ndarray | None = None  # rows of plans on the epsilon front people read (front.csv)
     evaluations: int = 0  # seeding + search: the one count every output reports
     restriction: dict | None = None  # what the executor's rules cost (planner/restriction.py)
-    notes: tuple[str, ...] = ()  # what the front assumes: the cluster's (`Cluster.notes`), the executor's
+    notes: list[str] = field(default_factory=list)  # what the user should know of the search (pools left out,
+    # uneven nodes, how the executor runs the workload)
 
 
 def _versions() -> dict[str, str]:
@@ -282,8 +283,14 @@ def plan_run(cluster: str, workload: str, out: str | Path, settings: SearchSetti
         if not result.partial and result.stop_reason == "budget":
             _mark_complete(out, stage)
     return PlanOutcome(out, plans, baselines, knee, result, [out / f.relative_to(stage) for f in files], front,
-                       result.evaluations + corners.evaluations + _polish_evals(polished), cost,
-                       tuple(problem.cluster.notes) + ((problem.executor_note,) if problem.executor_note else ()))
+                       result.evaluations + corners.evaluations + _polish_evals(polished), cost, _notes(problem))
+
+
+def _notes(problem) -> list[str]:
+    """Lines the terminal and run.yaml show beside the front: the pools the search left out, what the
+    cluster's uneven nodes are planned as (`Cluster.notes`), how the executor runs the workload."""
+    return (([problem.left_out] if problem.left_out else []) + list(problem.cluster.notes)
+            + ([problem.executor_note] if problem.executor_note else []))
 
 
 def _polish_evals(bp) -> int:
@@ -341,6 +348,7 @@ def _write_result(stage, out, problem, settings, limits, corners, scale, result,
         "executor_runs": problem.executor.runs,
         "executor_note": problem.executor_note,
         "restriction": getattr(problem, "restriction", None),
+        "notes": _notes(problem),
         "algorithm": settings.algorithm,
         "seed": settings.seed,
         "pop_size": settings.pop_size,

@@ -5,29 +5,36 @@ from __future__ import annotations
 import difflib
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from problems.placement.names import PRECISIONS
+from problems.specio import Spec
 
 DATA = Path(__file__).with_name("data")
 
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
 # Workload precisions: storage bytes and which peak the matmuls run at (GPUType.peak)
-Precision = Literal["bf16", "fp16", "tf32", "fp32", "fp8"]
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+# what a precision runs on besides its own matmul units: fp8 keeps bf16 storage and runs attention and
+# the LM head at the bf16 peak (Transformer Engine and torchao float8 convert Linear layers only)
+ALSO_NEEDS = {"fp8": ("bf16",)}
+# dense peak TFLOP/s per precision: positive and finite (a zero or negative peak gave infinite or
+# negative times, and the baseline MILP a solver error)
+PeakTFLOPS = dict[Precision, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
 MlpKind = Literal["gated", "plain"]
 
 
-class IntraNodeLink(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class IntraNodeLink(Spec):
     kind: LinkKind
     bandwidth_gbs: float = Field(gt=0, description="per-GPU bandwidth to the other GPUs of its node, GB/s")
 
 
-class GPUType(BaseModel):
+class GPUType(Spec):
     """One GPU type's figures; see data/gpus.yaml for their meaning and sources."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str
     tflops: float = Field(gt=0)
     memory_gb: float = Field(gt=0)
@@ -40,8 +47,10 @@ class GPUType(BaseModel):
     attn_eff: float | None = Field(default=None, gt=0, le=1, description=(
         "achieved share of the 16-bit peak of the fused (flash) attention kernels in training, forward and "
         "backward; None: at `mfu`"))
-    peak_tflops: dict[Precision, float] = Field(
-        default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision; `tflops` where absent")
+    peak_tflops: PeakTFLOPS = Field(
+        default_factory=dict, description="dense peak TFLOP/s of the matmul units per precision the type runs: a "
+                                          "precision without one it cannot run (V100 has no BF16 units, A100 no FP8); "
+                                          "empty: a type known by `tflops` alone, every precision at it")
     train_fit: dict[Literal["layer_s", "elementwise_eff"], float] = Field(
         default_factory=dict, description="training figures fitted on measured per-layer times: the fixed seconds "
                                           "per layer and micro-batch, the achieved share of bandwidth of element-wise kernels")
@@ -53,17 +62,35 @@ class GPUType(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
 
+    def lacks(self, precision: str) -> list[str]:
+        """The precisions a `precision` workload needs that this type has no matmul units for (see
+        `peak_tflops`); empty when it can run it."""
+        if not self.peak_tflops:
+            return []
+        return [p for p in (precision, *ALSO_NEEDS.get(precision, ())) if p not in self.peak_tflops]
+
+    def runs(self, precision: str) -> bool:
+        return not self.lacks(precision)
+
+    def precision_problem(self, precision: str) -> str | None:
+        """Why this type cannot run a `precision` workload, in words, or None when it can."""
+        missing = self.lacks(precision)
+        return f"{self.name} cannot run {precision}: its peak_tflops has no {' or '.join(missing)} figure" if missing else None
+
     def peak(self, precision: str) -> float:
         """Dense peak TFLOP/s the matmuls of a `precision` workload run against: BF16/FP16 tensor
         cores, TF32 tensor cores (fp32 storage, TF32 matmuls) or the FP32 units (PyTorch's default
-        for fp32 matmuls since 1.12: `torch.backends.cuda.matmul.allow_tf32 = False`)."""
+        for fp32 matmuls since 1.12: `torch.backends.cuda.matmul.allow_tf32 = False`). ValueError for
+        a precision the type cannot run: callers refuse those first (`precision_problem`)."""
+        why = self.precision_problem(precision)
+        if why:
+            raise ValueError(why)
         return float(self.peak_tflops.get(precision, self.tflops))
 
 
-class Architecture(BaseModel):
+class Architecture(Spec):
     """A decoder-only transformer, enough to count parameters, FLOPs and bytes."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str = "custom"
     layers: int = Field(gt=0)
     hidden: int = Field(gt=0)
@@ -76,6 +103,9 @@ class Architecture(BaseModel):
     qkv_bias: bool = False
     head_dim: int | None = Field(default=None, gt=0, description="defaults to hidden / heads")
     published_params: float | None = Field(default=None, description="the count the model card states")
+    max_context: int | None = Field(default=None, gt=0, description=(
+        "the longest sequence (prompt + response) the model takes, tokens: its config.json "
+        "max_position_embeddings; None: not known, not checked"))
 
     @property
     def hd(self) -> int:

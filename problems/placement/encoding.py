@@ -66,6 +66,14 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
+class PlanOutsideSpace(ValueError):
+    """A plan this search space cannot hold; `key` names the plan's key that is outside it."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
 @dataclass
 class Layout:
     """Variable positions, bounds and option tables for one (cluster, workload)."""
@@ -324,9 +332,10 @@ class Layout:
         P = self.n_pools
         x = np.zeros(self.n_var)
         by_id = {p.pool: p for p in plan.pools}
-        unknown = set(by_id) - {p.id for p in cluster.pools}
+        # a pool the plan leaves idle may be one the problem left out (problem.py: its precision)
+        unknown = sorted({p.pool for p in plan.pools if p.used_gpus} - {p.id for p in cluster.pools})
         if unknown:
-            raise ValueError(f"plan names pools not in the cluster: {sorted(unknown)}")
+            raise PlanOutsideSpace("pools", f"plan names pools not in the cluster: {', '.join(unknown)}")
         colo = plan.execution.mode == COLOCATED
         for i, pool in enumerate(cluster.pools):
             roles = by_id.get(pool.id)
@@ -335,15 +344,16 @@ class Layout:
                 continue
             x[i] = roles.shared_gpus if colo else roles.rollout_gpus
             x[P + i] = roles.shared_gpus if colo else roles.train_gpus
-            opts = list(self.rtp_options[i][: self.rtp_n[i]])
+            opts = [int(t) for t in self.rtp_options[i][: self.rtp_n[i]]]
             if roles.rollout_tp not in opts:
-                raise ValueError(f"rollout_tp {roles.rollout_tp} is not an option for pool {pool.id}: {opts}")
+                raise PlanOutsideSpace(f"pools[{plan.pools.index(roles)}].rollout_tp", f"rollout_tp {roles.rollout_tp} is "
+                                       f"not an option for pool {pool.id}: {', '.join(map(str, opts))}")
             x[2 * P + i] = opts.index(roles.rollout_tp)
 
         def index(options, value, what):
-            options = list(options)
+            options = [int(o) for o in options]
             if value not in options:
-                raise ValueError(f"{what} {value} is not one of {options}")
+                raise PlanOutsideSpace(what, f"{what} {value} is not one of {', '.join(map(str, options))}")
             return options.index(value)
 
         t = plan.train

@@ -39,6 +39,7 @@ def structural_infeasibility(cluster: Cluster, workload: Workload, efficiencies:
     from problems.placement.problem import PlacementProblem
 
     prob = PlacementProblem(cluster, workload, efficiencies=efficiencies)
+    cluster = prob.cluster  # the pools that can run the workload's precision: the model's arrays follow them
     ctx, lay = prob.ctx, prob.layout
     name = workload.model.name
     wgb = ctx.weight_bytes / 1e9

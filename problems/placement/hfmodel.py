@@ -78,7 +78,8 @@ def architecture(path: Path, where: str | None = None) -> Architecture:
             kv_heads=int(cfg.get("num_key_value_heads") or heads), ffn=int(cfg["intermediate_size"]),
             vocab=int(cfg["vocab_size"]), tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
-            head_dim=int(cfg["head_dim"]) if cfg.get("head_dim") else None)
+            head_dim=int(cfg["head_dim"]) if cfg.get("head_dim") else None,
+            max_context=int(cfg["max_position_embeddings"]) if cfg.get("max_position_embeddings") else None)
     except KeyError as err:
         raise InputError(str(cfg_file), err.args[0], "missing", f"a {arch} config") from None
     except (TypeError, ValueError) as err:

@@ -25,6 +25,11 @@ MODE_WORDS = {COLOCATED: "colocated (rollout and training share GPUs in turn)",
               ASYNC: "asynchronous (separate GPUs, bounded staleness)"}
 OTHER_COLOUR = "#7f7f7f"
 
+# -- precisions of a workload or training job ------------------------------------------------------
+# storage bytes and the matmul units each runs on: problems/placement/specs.py PRECISION_BYTES and the
+# GPU catalog's peak_tflops (catalog.GPUType.peak)
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
 # -- element-wise kernels of the training layers ---------------------------------------------------
 # how the training layers run their element-wise operations (model/training.py `eager_elementwise_bytes`)
 ELEMENTWISE_KERNELS: tuple[str, ...] = ("fused", "eager", "eager-fused-norm", "eager-activation")
@@ -53,6 +58,11 @@ SHARD_NONE, SHARD_Z1, SHARD_Z2, SHARD_Z3, SHARD_FSDP = range(len(SHARDINGS))
 # levels that shard the parameters themselves (FSDP's all-gathers); ZeRO-1/2 shard only the
 # optimizer state (and ZeRO-2 the gradients)
 PARAM_SHARDINGS = frozenset({"zero3", "fsdp"})
+
+# -- activation recomputation of a training job (`mosearch predict`) ----------------------------------
+# each name a job file or --recompute may give (hyphen or underscore alike) -> the job's value: true for
+# full recomputation, selective_op for torchtitan's selective op checkpointing
+RECOMPUTE = {"full": True, "selective_op": "selective_op", "selective-op": "selective_op"}
 
 # -- weight-sync routes ----------------------------------------------------------------------------
 ROUTES: tuple[str, ...] = ("direct", "staged")

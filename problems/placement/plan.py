@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from problems.placement.names import ASYNC, COLOCATED, EXECUTOR_NAMES, MODES, ROUTES, SHARDINGS
-from problems.specio import load_model
+from problems.specio import Spec, load_model
 
 SCHEMA_VERSION = 1
 
@@ -26,8 +26,7 @@ SyncRoute = Literal[ROUTES]
 ExecutorName = Literal[EXECUTOR_NAMES]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = Spec
 
 
 class SpecRef(_Strict):
@@ -107,6 +106,15 @@ class Selection(_Strict):
 
 class Plan(_Strict):
     schema_version: int = SCHEMA_VERSION
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v != SCHEMA_VERSION:  # a later schema may mean its keys otherwise: read none of it
+            raise ValueError(f"got {v}, a version this mosearch does not know (it reads and writes version "
+                             f"{SCHEMA_VERSION}: pick the plan again with this mosearch)")
+        return v
+
     plan_id: str
     cluster: SpecRef
     workload: SpecRef

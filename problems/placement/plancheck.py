@@ -9,8 +9,9 @@ from problems.placement.specs import Cluster, Workload
 
 
 def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, path: str | None = None) -> None:
-    """Rollout and training TP must shard the model's attention heads and KV heads and tile a node; the
-    staleness bound may not exceed the workload's max_staleness."""
+    """Every GPU the plan uses runs the workload's precision; rollout and training TP must shard the
+    model's attention heads and KV heads and tile a node; the staleness bound may not exceed the
+    workload's max_staleness."""
     k, most = plan.execution.staleness_bound, workload.max_staleness
     if k > most:
         # the model's encoding would clip it to the workload's bound and score another plan; an export
@@ -19,19 +20,33 @@ def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, p
                          f"at most {most}, the max_staleness of {workload.path}")
     model = workload.model
     nodes = {p.id: p.gpus_per_node for p in cluster.pools} if cluster is not None else {}
+    gpus = {p.id: p.gpu for p in cluster.pools} if cluster is not None else {}
+    for i, p in enumerate(plan.pools):
+        why = gpus[p.pool].precision_problem(workload.precision) if p.used_gpus and p.pool in gpus else None
+        if why:
+            raise InputError(path, f"pools[{i}].pool", why, f"a plan without {p.pool}: `mosearch plan` leaves out "
+                             f"the pools that cannot run the workload's {workload.precision}")
     for i, p in enumerate(plan.pools):
         if p.rollout_engines == 0:
             continue
         why = model.tp_problem(p.rollout_tp, kv_replicas=True)
         if why:
-            raise InputError(path, f"pools[{i}].rollout_tp", why, "a divisor of the attention heads (vLLM)")
+            # vLLM gives each rank heads/tp query heads, and kv_heads/tp KV heads or a replica of one
+            rule = (f"a divisor of the {model.heads} attention heads that divides the {model.kv_heads} KV heads or is a "
+                    "multiple of them (vLLM)")
+            node = nodes.get(p.pool)
+            if node:
+                fits = [t for t in range(1, node + 1) if node % t == 0 and model.tp_problem(t, kv_replicas=True) is None]
+                rule += f"; on {p.pool}: {', '.join(map(str, fits))}"
+            raise InputError(path, f"pools[{i}].rollout_tp", why, rule)
         if p.pool in nodes and nodes[p.pool] % p.rollout_tp:
             raise InputError(path, f"pools[{i}].rollout_tp", f"TP {p.rollout_tp} does not tile a node of "
                              f"{p.pool}", f"a divisor of its {nodes[p.pool]} GPUs per node")
     tp = plan.train.tp
     why = model.tp_problem(tp, kv_replicas=False)
     if why:
-        raise InputError(path, "train.tp", why, "a divisor of the attention and KV heads (Megatron)")
+        raise InputError(path, "train.tp", why, f"a divisor of the {model.heads} attention heads and of the "
+                         f"{model.kv_heads} KV heads (Megatron)")
     train_nodes = [nodes[p.pool] for p in plan.pools if p.train_gpus + p.shared_gpus and p.pool in nodes]
     bad = [n for n in train_nodes if n % tp]
     if bad:

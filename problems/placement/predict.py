@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
 from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
                                       load_cluster, resolve_architecture)
 from problems.placement.names import (AMP_AUTOCAST_HELP, ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP,
-                                      SHARDINGS)
+                                      PRECISIONS, RECOMPUTE, SHARDINGS, params_sharded_by)
 from problems.placement.plan import Sharding
 from problems.placement.plancheck import check_plan
 from problems.specio import load_model
@@ -73,9 +73,10 @@ class TrainingJob(_Spec):
     reshard_after_forward: bool = Field(default=True, description="ZeRO-3 / FSDP: free gathered weights after "
                                         "forward and gather them again in backward (FSDP2's and DeepSpeed's default)")
     sharding: Sharding = "none"
-    recompute: bool | Literal["selective_op"] = Field(
-        default=False, description="true: full activation recomputation; selective_op: torchtitan's selective "
-                                   "op checkpointing (every second matmul and the element-wise ops recomputed)")
+    recompute: bool | Literal[tuple(RECOMPUTE)] = Field(  # type: ignore[valid-type]
+        default=False, description="true or full: full activation recomputation; selective_op (or selective-op): "
+                                   "torchtitan's selective op checkpointing (every second matmul and the "
+                                   "element-wise ops recomputed)")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism with TP (layer norms "
                                                                "and dropout on 1/tp of the tokens)")
     interleave: int = Field(default=1, gt=0, description="virtual pipeline stages per rank (interleaved 1F1B)")
@@ -84,6 +85,11 @@ class TrainingJob(_Spec):
                                                       description="per GPU type: model parameters to override")
     gpu_types: dict[str, GPUFigures] = Field(default_factory=dict,
                                              description="per GPU type: datasheet figures of the variant used")
+
+    @field_validator("recompute")
+    @classmethod
+    def _recompute_kind(cls, value):
+        return RECOMPUTE.get(value, value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _layout(self) -> "TrainingJob":
@@ -146,6 +152,19 @@ def _job_context(job: TrainingJob, where: str | None):
     if job.stage_layers is not None and sum(job.stage_layers) != arch.layers:
         raise InputError(where, "stage_layers", f"sum {sum(job.stage_layers)} != the model's {arch.layers} layers",
                          "layers per stage adding up to the model's")
+    if job.interleave > 1:  # virtual stages split each pipeline stage's layers into chunks
+        if job.pp == 1:
+            raise InputError(where, "interleave", f"{job.interleave} virtual stages per rank without a pipeline (pp 1)",
+                             "1, or pp > 1")
+        layers = job.stage_layers or _even_layers(arch.layers, job.pp)
+        short = next((i for i, n in enumerate(layers) if n < job.interleave), None)
+        if short is not None:
+            raise InputError(where, "interleave", f"{job.interleave} virtual stages per rank for the {layers[short]} "
+                             f"layer(s) of pipeline stage {short} ({arch.layers} layers over pp {job.pp})",
+                             "at most the layers of every stage: a virtual stage holds at least one layer")
+    if job.sequence_parallel and job.tp == 1:
+        raise InputError(where, "sequence_parallel", "sequence parallelism with tp 1", "tp > 1 (it splits the layer "
+                         "norms' and dropout's tokens over the tensor-parallel ranks), or no sequence parallelism")
     types = dict(gpu_catalog())
     aliases = gpu_aliases(types)
     for name, over in job.gpu_types.items():
@@ -167,6 +186,13 @@ def _job_context(job: TrainingJob, where: str | None):
                              "a catalog type; nearest: " + (", ".join(nearest(g, list(types))) or ", ".join(types)))
         names.append(canonical)
     kinds = list(dict.fromkeys(names))  # pools in stage (or replica) order
+    for k in kinds:
+        why = types[k].precision_problem(job.precision)
+        if why:
+            common = [q for q in PRECISIONS if all(types[n].runs(q) for n in kinds)]
+            raise InputError(where, "precision", why, f"a precision {', '.join(kinds)} run"
+                             f"{'s' if len(kinds) == 1 else ''}: {', '.join(common)}" if common else
+                             "GPU types that run it")
     per_type = {k: names.count(k) for k in kinds}  # stages (or replicas) of each type
     # GPUs of a type: dp replicas x tp x its stages, or its replicas x tp x pp
     gpus_of = {k: per_type[k] * job.tp * (job.pp if per_replica else job.dp) for k in kinds}
@@ -199,7 +225,7 @@ def _job_context(job: TrainingJob, where: str | None):
     ctx.even_split = True  # a plain training job runs on a framework that splits the batch evenly
     ctx.interleave = job.interleave
     ctx.selective_op = job.recompute == "selective_op"
-    ctx.sequence_parallel = job.sequence_parallel and job.tp > 1
+    ctx.sequence_parallel = job.sequence_parallel
     ctx.reshard_after_forward = job.reshard_after_forward
     # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
     # (even stages) is the planner's own layout, replicas in pools
@@ -271,12 +297,12 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
     peak = np.average([p.gpu.peak(job.precision) for p in cluster.pools], weights=[p.count for p in cluster.pools])
     parts = {k: float(tr[k][0]) for k in ("train_compute_s", "pipeline_bubble_s", "tp_comm_s", "pp_comm_s",
                                           "dp_sync_s", "optimizer_s")}
+    stages = [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None else _even_layers(ctx.layers, job.pp))]
     return {
         "job": job.name, "model": _arch(job, where).name, "gpus": gpus,
         "layout": {"dp": job.dp, "tp": job.tp, "pp": job.pp, "micro_batch": job.micro_batch,
                    "micro_batches_per_rank": int(tr["micro_batches"][0].max()),
-                   "stage_layers": [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None
-                                                     else _even_layers(ctx.layers, job.pp))],
+                   "stage_layers": stages,
                    "stage_gpus": job.stage_gpus or ([] if job.replica_gpus else [job.gpu] * job.pp),
                    "replica_gpus": job.replica_gpus or []},
         "step_s": step,
@@ -288,7 +314,8 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
         "breakdown": parts,
         "memory_gb": (mem := _memory(ctx, f, tr)),
         "fits": bool(mem["reserved"] <= mem["capacity"]),
-        "assumptions": _assumptions(ctx, cluster, job.precision, job.attention),
+        "assumptions": _assumptions(ctx, cluster, job.precision, job.attention,
+                                    params_sharded_by(job.sharding, job.dp)) + _interleave_notes(job.interleave, stages),
     }
 
 
@@ -305,6 +332,19 @@ PRECISION_MEANING = {
 }
 
 
+def _interleave_notes(interleave: int, stages: list[int]) -> list[str]:
+    """The virtual stages of an interleaved pipeline, where they are uneven: the model divides the 1F1B
+    bubble by `interleave`, as for equal ones."""
+    uneven = [n for n in dict.fromkeys(stages) if n % interleave]
+    if interleave == 1 or not uneven:
+        return []
+    split = {n: _even_layers(n, interleave) for n in uneven}
+    return [f"interleave {interleave}: virtual stages of uneven layers ("
+            + "; ".join(f"a {n}-layer stage as {', '.join(map(str, parts))}" for n, parts in split.items())
+            + f"), as torchtitan splits them; Megatron-LM needs the virtual stages per rank to divide every stage's "
+              f"layers. The bubble is taken as 1/{interleave} of 1F1B's, as for equal virtual stages"]
+
+
 def prior_notes(cluster: Cluster) -> list[str]:
     """What the cluster's figures assume: its pools' uneven nodes (`Cluster.notes`), and one line per GPU
     type whose efficiencies come (partly) from its generation's prior."""
@@ -319,7 +359,7 @@ def prior_notes(cluster: Cluster) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[str]:
+def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_sharded: bool) -> list[str]:
     from problems.placement.model.memory import eager_layers
     from problems.placement.model.training import ADAMW_FOREACH_BYTES, GRAD_CLIP_BYTES
 
@@ -341,9 +381,11 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str) -> list[
            *(["sequence parallelism: layer norms and dropout on 1/tp of the tokens"] if ctx.sequence_parallel else []),
            "data split evenly over data-parallel ranks" if ctx.even_split else "data split by replica speed",
            "pipeline: 1F1B, sum of stage times + (micro-batches - 1) x the slowest stage; LM head on the last stage",
-           "ZeRO-3 / FSDP: weights gathered in every forward" + (" and again in every backward" if
-                                                                  ctx.reshard_after_forward else "")
-           + ", gradients reduce-scattered, each micro-batch; prefetching hides what the micro-batch's compute covers",
+           # only where the layout shards the parameters (none, ZeRO-1/2 and a single replica gather nothing)
+           *(["ZeRO-3 / FSDP: weights gathered in every forward" + (" and again in every backward" if
+                                                                   ctx.reshard_after_forward else "")
+              + ", gradients reduce-scattered, each micro-batch; prefetching hides what the micro-batch's compute "
+              "covers"] if params_sharded else []),
            "memory: allocated, and reserved (allocated + the caching allocator's fragments of the dynamic memory, "
            "more with recomputation and virtual pipelines): an out-of-memory follows the reserved figure",
            *(["amp_autocast: memory as Hugging Face modules under PyTorch autocast keep it (their saved tensors per "
@@ -378,6 +420,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
     the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
     from problems.placement.executors import get as executor_named, scored_workload
+    from problems.placement.plancheck import check_plan
     from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 
@@ -417,7 +460,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     try:
         x = prob.encode(plan)
     except ValueError as err:
-        raise InputError(str(plan_file), "pools", str(err), "a plan of this cluster") from None
+        raise InputError(str(plan_file), getattr(err, "key", "pools"), str(err), "a plan of this cluster") from None
     r = prob.evaluate_matrix(x[None, :])
     out = {k: float(v[0]) for k, v in r.items()}
     out["samples_per_step"] = float(wl.samples_per_step)
@@ -427,9 +470,11 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     out["fits"] = bool(out["peak_mem_frac"] <= 1.0 and out["kv_shortfall"] <= 0.0)
     # the CUDA context and libraries in the training peaks (PyTorch's own counters do not see them)
     train = {p.pool for p in plan.pools if p.train_gpus + p.shared_gpus}
-    out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(cl.pools)
+    # the model's arrays follow the problem's pools (those that run the workload's precision)
+    out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(prob.cluster.pools)
                                          if q.id in train), default=0.0))
-    out["assumptions"] = prior_notes(cl) + engine_notes(prob.ctx, cl) + ([executor_note] if executor_note else [])
+    out["assumptions"] = (prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster)
+                          + ([executor_note] if executor_note else []))
     return out
 
 

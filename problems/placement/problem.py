@@ -30,7 +30,7 @@ from problems.placement.model.params import ModelContext
 from problems.placement.names import OBJECTIVE_COLUMNS
 from problems.placement.names import OBJECTIVES as NAMED_OBJECTIVES
 from problems.placement.plan import Plan, SpecRef, file_sha256
-from problems.placement.specs import Cluster, Workload, load_cluster, load_workload
+from problems.placement.specs import Cluster, Workload, for_precision, load_cluster, load_workload
 from problems.placement.model.reduce import pany, psum
 
 # the minimised objectives, in the registry's order (a maximised one as its negative)
@@ -66,6 +66,8 @@ class PlacementProblem(Problem):
                  executor: str | None = None):
         from problems.placement.executors import get as executor_named, scored_workload
 
+        # pools whose GPUs cannot run the workload's precision hold no plan: the problem is the rest
+        cluster, self.left_out = for_precision(cluster, workload)
         self.cluster = cluster
         self.workload = workload  # as given (a problem without the executor starts from it)
         self.executor = executor_named(executor)  # the executor the plans are for

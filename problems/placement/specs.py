@@ -6,19 +6,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from problems.errors import InputError
 from problems.placement.catalog import (
     Architecture,
     GPUType,
     IntraNodeLink,
+    PeakTFLOPS,
     Precision,
     generation_priors,
     gpu_aliases,
@@ -27,8 +29,8 @@ from problems.placement.catalog import (
     nearest,
     with_prior,
 )
-from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP
-from problems.specio import load_model
+from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP, PRECISIONS
+from problems.specio import Spec, load_model
 
 ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 
@@ -37,8 +39,7 @@ ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "tf32": 4, "fp32": 4}
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Spec = Spec
 
 
 # ---------------------------------------------------------------- cluster.yaml
@@ -72,7 +73,7 @@ class GPUTypeSpec(_Spec):
     """An override of a catalog GPU (any subset of fields) or a new GPU type (core fields required)."""
 
     tflops: float | None = Field(default=None, gt=0)
-    peak_tflops: dict[Precision, float] | None = None
+    peak_tflops: PeakTFLOPS | None = None
     memory_gb: float | None = Field(default=None, gt=0)
     bandwidth_tbs: float | None = Field(default=None, gt=0)
     intra_node: IntraNodeLink | None = None
@@ -107,11 +108,17 @@ class Pool:
     gpus_per_node: int  # the node size plans are made for: every node's size where they are one size
     intra_gbs: float
     inter_gbs: float
+    intra_kind: str | None = None  # the link of intra_gbs where a node group gives its own (else the GPU type's)
     node_sizes: tuple[int, ...] = ()  # each real node's GPUs, in the cluster file's order, where sizes differ
 
     @property
     def max_tp(self) -> int:
         return self.gpus_per_node
+
+    @property
+    def link_kind(self) -> str:
+        """The kind of link between the GPUs of a node (nvlink, pcie, ...), as its figure intra_gbs."""
+        return self.intra_kind or self.gpu.intra_node.kind
 
 
 @dataclass
@@ -161,11 +168,27 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
         given = over.model_dump(exclude_none=True, exclude={"source"})
         if canonical is not None:  # override some fields of a catalog type
             base = types[canonical].model_dump()
-            if "tflops" in given and "peak_tflops" not in given:
-                base["peak_tflops"] = {}  # a figure given here replaces the catalog's for every precision
-            base.update(given)
+            if over.generation not in (None, base["generation"]):
+                # a generation only supplies a new type's missing efficiencies: a catalog type has its own
+                raise InputError(path, f"{key}.generation", f"{over.generation!r} for catalog type {canonical}, of "
+                                 f"generation {base['generation']}", "no generation for a catalog type (it picks a new "
+                                 "type's efficiencies); mfu, prefill_eff or decode_eff to change this one's")
+            peaks = base["peak_tflops"]
+            if "tflops" in given:  # a figure given here replaces the catalog's for every precision it runs
+                peaks = {k: given["tflops"] for k in peaks}
+            # peaks given replace those of their precisions: the others (and which precisions the type
+            # runs, see GPUType.peak_tflops) stay the catalog's
+            base.update(given, peak_tflops={**peaks, **given.get("peak_tflops", {})})
             if over.source:
                 base["sources"] = {**base["sources"], **{k: over.source for k in given}}
+            if name.lower() != canonical.lower():
+                # overridden under one of its aliases: a type of that name, so that its pools are named as the
+                # node groups name it ("A100@dc" with memory_gb 40, not "A100-80G@dc"); the alias now means
+                # it, the catalog type's other names still the catalog's figures
+                types[canonical] = types[canonical].model_copy(
+                    update={"aliases": [a for a in types[canonical].aliases if a.lower() != name.lower()]})
+                base.update(name=name, aliases=[])
+                canonical = name
             types[canonical] = GPUType(**base)
             continue
         missing = [f for f in ("tflops", "memory_gb", "bandwidth_tbs", "price_usd_h") if f not in given]
@@ -220,7 +243,10 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
             raise InputError(path, key, f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
         file = Path(ref) if Path(ref).is_absolute() else Path(path).parent / ref
         profile = load_profile(file)
-        if aliases.get(profile.device_type.lower()) != canonical:
+        catalog = gpu_aliases(gpu_catalog())  # a type overridden under an alias is still its catalog part
+        if aliases.get(profile.device_type.lower()) != canonical and (
+                catalog.get(profile.device_type.lower()) is None
+                or catalog.get(profile.device_type.lower()) != catalog.get(gpu_type.lower())):
             raise InputError(path, key, f"{file} profiles {profile.device_type!r}, not {canonical!r}",
                              "a profile measured on this GPU type")
         f = profile.fitted
@@ -229,7 +255,8 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=f.mfu, prefill_eff=f.prefill_eff,
                         decode_eff=f.decode_eff, intra_node=intra)
         gpu.update(measured)
-        gpu["peak_tflops"] = {}  # the profile measured the peak in the precision it ran
+        # the profile measured the peak in the precision it ran: that figure for every precision the type runs
+        gpu["peak_tflops"] = {k: f.tflops for k in gpu["peak_tflops"]}
         gpu["train_fit"] = {}  # and its fit reads element-wise traffic at decode_eff, with its own overheads
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
@@ -253,8 +280,14 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
         raise InputError(path, "node_groups", "empty cluster", "at least one node group with GPUs")
 
     grouped: dict[tuple[str, str], list[NodeGroupSpec]] = {}
+    named: dict[str, int] = {}
     for i, g in enumerate(spec.node_groups):
         key = f"node_groups[{i}]"
+        if g.name is not None and g.name in named:
+            raise InputError(path, f"{key}.name", f"{g.name!r} names node_groups[{named[g.name]}] too",
+                             "a name of its own for each node group")
+        if g.name is not None:
+            named[g.name] = i
         canonical = aliases.get(g.gpu.lower())
         if canonical is None:
             hint = ", ".join(nearest(g.gpu, list(types))) or ", ".join(types)
@@ -291,7 +324,8 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
     pools = []
     for (gpu_name, region), groups in grouped.items():
         gpu = types[gpu_name]
-        intra = min((g.intra_node or gpu.intra_node).bandwidth_gbs for g in groups)
+        # a pool's GPUs talk over the slowest node link among its groups: its figure and its kind
+        link = min((g.intra_node or gpu.intra_node for g in groups), key=lambda link: link.bandwidth_gbs)
         sizes = tuple(g.gpus_per_node for g in groups for _ in range(g.nodes))
         pools.append(Pool(
             id=f"{gpu_name}@{region}",
@@ -301,7 +335,8 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
             # nodes of different sizes: planned as nodes of their common divisor, which every real node
             # holds a whole number of (TP groups and engines then fit inside a machine)
             gpus_per_node=math.gcd(*sizes),
-            intra_gbs=intra,
+            intra_gbs=link.bandwidth_gbs,
+            intra_kind=link.kind,
             # a pool's nodes talk over the slowest network among its groups
             inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
             node_sizes=sizes if len(set(sizes)) > 1 else (),
@@ -444,6 +479,13 @@ def load_workload(path: str | Path) -> Workload:
                          "at least 2 (GRPO scores each sample against its group), or algorithm ppo")
     if spec.response_len.max + spec.prompt_len <= 0:
         raise InputError(path, "response_len.max", "no tokens per sample")
+    if arch.max_context is not None and spec.prompt_len + spec.response_len.max > arch.max_context:
+        # the engines refuse a longer sequence (vLLM's max_model_len is at most the model's)
+        raise InputError(path, "response_len.max", f"prompt_len {spec.prompt_len} + response_len.max "
+                         f"{spec.response_len.max} = {spec.prompt_len + spec.response_len.max} tokens, beyond the "
+                         f"{arch.max_context} of {arch.name}'s context (max_position_embeddings)",
+                         f"at most {arch.max_context - spec.prompt_len}" if spec.prompt_len < arch.max_context
+                         else f"a prompt_len below {arch.max_context}")
     ppo = spec.algorithm == "ppo"
     return Workload(
         name=spec.name, path=path, model=arch, algorithm=spec.algorithm,
@@ -454,6 +496,27 @@ def load_workload(path: str | Path) -> Workload:
         response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
         elementwise_kernels=spec.elementwise_kernels, amp_autocast=spec.amp_autocast,
     )
+
+
+def for_precision(cluster: Cluster, workload: Workload) -> tuple[Cluster, str | None]:
+    """The cluster less the pools whose GPU type cannot run the workload's precision (no BF16 on V100 or
+    T4, no FP8 before Ada and Hopper: `GPUType.runs`), and one line naming those left out (None when
+    none was). InputError naming the pools and the precision when no pool is left."""
+    precision = workload.precision
+    out = [p for p in cluster.pools if not p.gpu.runs(precision)]
+    if not out:
+        return cluster, None
+    missing = " or ".join(dict.fromkeys(m for p in out for m in p.gpu.lacks(precision)))
+    names = ", ".join(f"{p.id} ({p.count} GPUs)" for p in out)
+    keep = [p for p in cluster.pools if p.gpu.runs(precision)]
+    if not keep:
+        common = [q for q in PRECISIONS if all(p.gpu.runs(q) for p in cluster.pools)]
+        raise InputError(workload.path, "precision", f"{precision} runs on no pool of cluster {cluster.name!r}: "
+                         f"{names} (no {missing} figure in peak_tflops)",
+                         (f"a precision every pool runs ({', '.join(common)}), or " if common else "")
+                         + f"GPUs that run {precision}")
+    return (dataclasses.replace(cluster, pools=keep),
+            f"pools left out: {names} cannot run {precision} (no {missing} figure in peak_tflops)")
 
 
 def check_fits(cluster: Cluster, workload: Workload) -> None:

@@ -231,3 +231,64 @@ def test_summary_line_times_every_evaluation_it_counts(tmp_path, capsys, monkeyp
     info = yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())
     assert f"{info['evaluations']} evaluations in 10.0 s" in last, last
     assert "report.html" not in last and not (tmp_path / "run" / "report.html").exists()
+
+
+OLD_AND_NEW = """\
+name: old-and-new
+regions:
+  dc: {inter_node_gbs: 12.5}
+node_groups:
+  - {name: v100, gpu: V100, nodes: 1, gpus_per_node: 8, region: dc}
+  - {name: t4, gpu: T4, nodes: 2, gpus_per_node: 4, region: dc}
+  - {name: a100, gpu: A100, nodes: 1, gpus_per_node: 8, region: dc}
+"""
+QWEN15 = WORKLOADS / "qwen2.5-1.5b-grpo.yaml"  # bf16
+
+
+def test_pools_that_cannot_run_the_precision_are_left_out(tmp_path, capsys):
+    """A bf16 workload was planned with V100 training and T4 rollouts (neither has BF16 units; vLLM refuses
+    bf16 below compute capability 8.0). Now the search leaves those pools out and says so in one line;
+    with no pool left, one line naming the pools and the precision, exit 2."""
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(OLD_AND_NEW)
+    out = tmp_path / "run"
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(QWEN15), "--out", str(out), "--evals", "300",
+                 "--quiet", "--no-report"]) == 0
+    note = ("pools left out: V100@dc (8 GPUs), T4@dc (8 GPUs) cannot run bf16 (no bf16 figure in peak_tflops)")
+    assert [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note:")] == [f"note: {note}"]
+    assert yaml.safe_load((out / "run.yaml").read_text())["notes"] == [note]
+    plans = [load_plan(p) for p in (out / "plans").glob("*.yaml")]
+    assert plans and all({p.pool for p in plan.pools} == {"A100-80G@dc"} for plan in plans)
+
+    cluster.write_text(OLD_AND_NEW.split("  - {name: a100")[0])
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(QWEN15), "--out", str(tmp_path / "none"),
+                 "--evals", "300", "--quiet", "--no-report"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"mosearch: {QWEN15}: precision: bf16 runs on no pool of cluster 'old-and-new': V100@dc "
+                            "(8 GPUs), T4@dc (8 GPUs) (no bf16 figure in peak_tflops) (a precision every pool runs "
+                            "(fp16, tf32, fp32), or GPUs that run bf16)\n")
+
+
+def test_a_plan_on_gpus_that_cannot_run_its_precision_is_refused(tmp_path, capsys):
+    """`predict --plan` and `export` of a plan whose GPUs cannot run the workload's precision (a plan made
+    before the search left such pools out): one line naming the plan's pool, exit 2."""
+    from problems.placement.problem import PlacementProblem
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(OLD_AND_NEW)
+    fp16 = tmp_path / "fp16.yaml"
+    fp16.write_text(QWEN15.read_text().replace("precision: bf16", "precision: fp16"))
+    prob = PlacementProblem.from_files(cluster, fp16)
+    X = prob.layout.repair(prob.xl + np.random.default_rng(0).random((200, prob.n_var)) * (prob.xu - prob.xl))
+    plan = next(p for p in (prob.decode(x, lifetime=False) for x in X) if p.pools[0].used_gpus)
+    assert plan.pools[0].pool == "V100@dc"
+    data = yaml.safe_load(plan.to_yaml())
+    data["workload"] = {"name": "bf16", "path": str(QWEN15), "sha256": sha(QWEN15)}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    for argv in (["predict", "--plan", str(path)], ["export", str(path), "--to", "verl"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err == (f"mosearch: {path}: pools[0].pool: V100 cannot run bf16: its peak_tflops has no bf16 figure "
+                       "(a plan without V100@dc: `mosearch plan` leaves out the pools that cannot run the workload's "
+                       "bf16)\n"), err

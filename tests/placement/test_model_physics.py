@@ -81,7 +81,8 @@ def test_the_drain_lies_between_the_steady_batch_and_the_longest_response_at_ful
 def test_a_wider_length_spread_lengthens_the_synchronous_drain_only(tmp_path):
     from problems.placement.model.rollout import rollout_times
 
-    narrow, wide = _problem(tmp_path, sigma=0.2, cap=10**6), _problem(tmp_path, sigma=1.0, cap=10**6)
+    # cap: as long as qwen2.5-7b's context takes (131072 tokens less the 256-token prompt), nearly uncapped
+    narrow, wide = _problem(tmp_path, sigma=0.2, cap=130816), _problem(tmp_path, sigma=1.0, cap=130816)
     a, b = rollout_times(narrow.ctx, _fields(narrow)), rollout_times(wide.ctx, _fields(wide))
     assert b["rollout_tail_s"][0] > 2 * a["rollout_tail_s"][0]
     # the steady (asynchronous) rate depends on the mean age of running sequences, not on the longest one

@@ -119,8 +119,9 @@ def test_even_pipeline_matches_the_planner_formula():
 
 
 def test_stage_gpu_types_slow_stage_sets_the_pace():
-    fast = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2))
-    mixed = predict_training(job(model={"layers": 4}, precision="bf16", micro_batch=1, pp=2,
+    # fp16: the precision both run (V100 has no BF16 units)
+    fast = predict_training(job(model={"layers": 4}, precision="fp16", micro_batch=1, pp=2))
+    mixed = predict_training(job(model={"layers": 4}, precision="fp16", micro_batch=1, pp=2,
                                  stage_gpus=["H100", "V100"]))
     assert mixed["breakdown"]["train_compute_s"] > fast["breakdown"]["train_compute_s"]
     assert mixed["layout"]["stage_gpus"] == ["H100", "V100"]
@@ -255,10 +256,10 @@ def test_workload_precision_and_attention_reach_the_planner(tmp_path):
 
 def test_replicas_of_different_gpu_types_split_the_batch_evenly():
     """dp 2 over an H100 and a V100 replica: each trains half the batch, the V100 sets the pace (the
-    planner's even split), so the compute equals a V100 alone on half the batch."""
-    mixed = predict_training(job(precision="bf16", dp=2, micro_batch=1, replica_gpus=["H100", "V100"],
+    planner's even split), so the compute equals a V100 alone on half the batch (in fp16: V100 has no BF16)."""
+    mixed = predict_training(job(precision="fp16", dp=2, micro_batch=1, replica_gpus=["H100", "V100"],
                                  efficiencies={}))
-    alone = predict_training(job(precision="bf16", dp=1, micro_batch=1, global_batch=2, gpu="V100", efficiencies={}))
+    alone = predict_training(job(precision="fp16", dp=1, micro_batch=1, global_batch=2, gpu="V100", efficiencies={}))
     assert mixed["breakdown"]["train_compute_s"] == pytest.approx(alone["breakdown"]["train_compute_s"], rel=1e-12)
     assert mixed["layout"]["replica_gpus"] == ["H100", "V100"]
     with pytest.raises(ValueError, match="replica_gpus"):
@@ -347,3 +348,63 @@ def test_cli_flags_of_the_other_prediction_are_refused(tmp_path):
         assert res.returncode == 2 and res.stderr.count("\n") == 1 and flag in res.stderr, (argv, res.stderr)
         assert "not used" in res.stderr and res.stdout == ""
     assert _cli(*base).returncode in (0, 3) and _cli("--job", str(job)).returncode in (0, 3)  # 3: does not fit
+
+
+def test_cli_a_job_in_a_precision_its_gpus_cannot_run_is_refused(tmp_path):
+    """bf16 on a V100 printed 'BF16 tensor-core matmuls; peak V100 125 TFLOP/s' and 78% MFU, fp8 on an
+    A100 an FP8 peak of 312 (the A100 has no FP8 tensor cores); now one line naming the key, exit 2."""
+    job = tmp_path / "job.yaml"
+    for gpu, precision, runs in (("V100", "bf16", "fp16, tf32, fp32"), ("A100", "fp8", "bf16, fp16, tf32, fp32")):
+        job.write_text(f"model: qwen2.5-7b\ngpu: {gpu}\ndp: 8\nseq_len: 4096\nglobal_batch: 64\nprecision: {precision}\n")
+        res = _cli("--job", str(job))
+        assert res.returncode == 2 and res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
+        assert res.stderr.startswith(f"mosearch: {job}: precision: ") and f"cannot run {precision}" in res.stderr
+        assert f"({'a precision'} {'A100-80G' if gpu == 'A100' else gpu} runs: {runs})" in res.stderr, res.stderr
+    flags = _cli("--model", "qwen2.5-7b", "--stage-gpus", "H100,V100", "--pp", "2", "--seq-len", "1024",
+                 "--global-batch", "8")  # bf16, the default: the V100 stage cannot
+    assert flags.returncode == 2 and "V100 cannot run bf16" in flags.stderr and flags.stderr.count("\n") == 1
+    assert _cli("--model", "qwen2.5-7b", "--stage-gpus", "H100,V100", "--pp", "2", "--seq-len", "1024",
+                "--global-batch", "8", "--precision", "fp16").returncode in (0, 3)
+
+
+def test_cli_interleave_and_sequence_parallel_need_a_layout_they_split():
+    """--interleave 3 with pp 1, 8 virtual stages over 7-layer stages, and --sequence-parallel with tp 1 were
+    scored (the last silently ignored); now one line naming the key, exit 2. Virtual stages of uneven layers
+    (3 over 7) are scored, with a line saying so: torchtitan runs them, and a validation row has them."""
+    base = ("--model", "qwen2.5-7b", "--gpu", "H100", "--seq-len", "1024", "--global-batch", "8")  # 28 layers
+    for flags, line in ((("--interleave", "3", "--pp", "1"),
+                         "interleave: 3 virtual stages per rank without a pipeline (pp 1) (1, or pp > 1)"),
+                        (("--interleave", "8", "--pp", "4"),
+                         "interleave: 8 virtual stages per rank for the 7 layer(s) of pipeline stage 0 (28 layers over "
+                         "pp 4) (at most the layers of every stage: a virtual stage holds at least one layer)"),
+                        (("--sequence-parallel", "--tp", "1"),
+                         "sequence_parallel: sequence parallelism with tp 1 (tp > 1 (it splits the layer norms' and "
+                         "dropout's tokens over the tensor-parallel ranks), or no sequence parallelism)")):
+        res = _cli(*base, *flags)
+        assert res.returncode == 2 and res.stdout == "" and res.stderr == f"mosearch: command line: {line}\n", res.stderr
+    assert _cli(*base, "--interleave", "7", "--pp", "4").returncode in (0, 3)
+    uneven = _cli(*base, "--interleave", "3", "--pp", "4", "--json")
+    assert uneven.returncode in (0, 3), uneven.stderr
+    assert any(a.startswith("interleave 3: virtual stages of uneven layers (a 7-layer stage as 3, 2, 2)")
+               for a in json.loads(uneven.stdout)["assumptions"])
+    assert _cli(*base, "--sequence-parallel", "--tp", "2").returncode in (0, 3)
+
+
+def test_job_file_takes_the_recompute_names_the_command_line_takes(tmp_path):
+    """`--recompute full` worked on the command line, `recompute: full` in a job file was refused."""
+    base = ("--model", "llama3.1-8b", "--gpu", "H100", "--seq-len", "4096", "--global-batch", "8", "--json")
+    job = tmp_path / "job.yaml"
+    for name in ("full", "selective-op", "selective_op"):
+        job.write_text(f"model: llama3.1-8b\ngpu: H100\nseq_len: 4096\nglobal_batch: 8\nrecompute: {name}\n")
+        from_file, from_flag = _cli("--job", str(job), "--json"), _cli(*base, "--recompute", name)
+        assert from_file.returncode in (0, 3) and from_flag.returncode in (0, 3), (name, from_file.stderr, from_flag.stderr)
+        assert json.loads(from_file.stdout)["memory_gb"] == json.loads(from_flag.stdout)["memory_gb"]
+
+
+def test_the_fsdp_assumption_is_listed_only_where_parameters_are_sharded():
+    def listed(**kw):
+        return any(a.startswith("ZeRO-3 / FSDP") for a in predict_training(job(**kw))["assumptions"])
+
+    assert not listed(sharding="none") and not listed(sharding="zero1", dp=2, micro_batch=2)
+    assert not listed(sharding="zero3", dp=1)  # one replica gathers nothing
+    assert listed(sharding="zero3", dp=2, micro_batch=2) and listed(sharding="fsdp", dp=2, micro_batch=2)

@@ -31,6 +31,40 @@ def test_preset_param_count_matches_published(name):
     assert abs(arch.params / arch.published_params - 1) < 0.02
 
 
+def test_a_part_has_a_peak_only_for_the_precisions_it_runs():
+    """Datasheets (gpus.yaml DS, MEAS-GPUS): Volta and Turing have FP16 tensor cores and no BF16, Ampere
+    BF16 and no FP8, Ada, Hopper and Blackwell FP8. A precision without a peak is refused, not run at
+    `tflops` (a bf16 V100 was predicted at 78% MFU of an FP16 peak, an fp8 A100 at its BF16 peak)."""
+    cat = gpu_catalog()
+    for name in ("V100", "T4", "RTX-2080Ti", "Titan-RTX"):
+        assert "bf16" not in cat[name].peak_tflops and "fp16" in cat[name].peak_tflops, name
+        assert not cat[name].runs("bf16") and not cat[name].runs("fp8")
+    for name in ("A100-80G", "A100-40G", "A800", "A10G", "A40", "RTX-A6000", "RTX-3090"):
+        assert cat[name].runs("bf16") and not cat[name].runs("fp8"), name
+    for name in ("L4", "L40S", "RTX-4090", "H100", "H200", "H20", "H800", "GH200", "B200", "GB200", "MI300X"):
+        assert cat[name].runs("fp8"), name
+    with pytest.raises(ValueError, match="V100 cannot run bf16: its peak_tflops has no bf16 figure"):
+        cat["V100"].peak("bf16")
+    with pytest.raises(ValueError, match="A100-80G cannot run fp8"):
+        cat["A100-80G"].peak("fp8")
+    assert cat["V100"].peak("tf32") == cat["V100"].peak("fp32") == 15.7  # no TF32 units: fp32 storage, FP32 units
+
+
+def test_an_override_keeps_the_precisions_a_part_runs(tmp_path):
+    """An override of `tflops` replaced the catalog's peaks by an empty set, every precision then ran
+    at the figure (bf16 on a V100 again); a `peak_tflops` override dropped the precisions it did not name."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 10}}\n"
+                    "gpu_types:\n  V100: {tflops: 100}\n  H100: {peak_tflops: {fp8: 1500}}\n"
+                    "node_groups:\n  - {gpu: V100, nodes: 1, gpus_per_node: 8, region: r}\n"
+                    "  - {gpu: H100, nodes: 1, gpus_per_node: 8, region: r}\n")
+    pools = {p.id: p.gpu for p in load_cluster(path).pools}
+    assert pools["V100@r"].peak("fp16") == 100 and pools["V100@r"].peak("fp32") == 100
+    assert not pools["V100@r"].runs("bf16")
+    assert pools["H100@r"].peak("fp8") == 1500 and pools["H100@r"].peak("bf16") == 989
+    assert pools["H100@r"].peak("fp32") == 67
+
+
 def test_tiny_preset_is_vllm_cpu_compatible():
     tiny = model_presets()["tiny"]
     assert tiny.hd == 64  # vLLM's CPU attention rejects head_dim 16
@@ -159,3 +193,40 @@ def test_tiny_preset_matches_the_model_the_trainer_builds():
         TINY_ARCH["num_key_value_heads"], TINY_ARCH["intermediate_size"], TINY_ARCH["head_dim"],
         TINY_ARCH["tie_word_embeddings"])
     assert tiny.vocab == len(SPECIAL_TOKENS) + len(CHARS)
+
+
+def test_a_node_groups_own_link_is_shown_with_its_kind(tmp_path, capsys):
+    """H100 nodes given `intra_node: {kind: pcie, bandwidth_gbs: 64}` were shown as 'nvlink 64 GB/s' (the
+    catalog's kind beside the group's figure)."""
+    from mosearch.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\nnode_groups:\n  - {gpu: H100, nodes: 2, "
+                    "gpus_per_node: 4, region: r, intra_node: {kind: pcie, bandwidth_gbs: 64}}\n"
+                    "  - {gpu: A100, nodes: 1, gpus_per_node: 8, region: r}\n")
+    pools = {p.id: p for p in load_cluster(path).pools}
+    assert (pools["H100@r"].link_kind, pools["H100@r"].intra_gbs) == ("pcie", 64)
+    assert (pools["A100-80G@r"].link_kind, pools["A100-80G@r"].intra_gbs) == ("nvlink", 600)
+    assert main(["inspect", "--cluster", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "pcie 64 GB/s" in out and "nvlink 64" not in out and "nvlink 600 GB/s" in out
+
+
+def test_a_catalog_type_overridden_under_an_alias_takes_that_name(tmp_path):
+    """`A100: {memory_gb: 40}` left the pool named 'A100-80G@r' with 40 GB, and an override of alias A100
+    changed the nodes named A100-80G too (one pool of both). The override is now a type of the name it is
+    given under; the catalog part keeps its other names and its figures."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 25}}\n"
+                    "gpu_types:\n  A100: {memory_gb: 40, bandwidth_tbs: 1.555, price_usd_h: 0.5}\n"
+                    "node_groups:\n  - {gpu: A100, nodes: 1, gpus_per_node: 4, region: r}\n"
+                    "  - {gpu: A100-SXM-80G, nodes: 1, gpus_per_node: 8, region: r}\n")
+    pools = {p.id: p for p in load_cluster(path).pools}
+    assert set(pools) == {"A100@r", "A100-80G@r"}
+    assert (pools["A100@r"].count, pools["A100@r"].gpu.memory_gb, pools["A100@r"].gpu.price_usd_h) == (4, 40, 0.5)
+    assert pools["A100@r"].gpu.peak("bf16") == 312 and pools["A100@r"].gpu.mfu == gpu_catalog()["A100-80G"].mfu
+    assert (pools["A100-80G@r"].count, pools["A100-80G@r"].gpu.memory_gb) == (8, 80)
+    # under its own name it stays the catalog type, overridden
+    path.write_text(path.read_text().replace("  A100: {", "  A100-80G: {"))
+    pools = {p.id: p for p in load_cluster(path).pools}
+    assert set(pools) == {"A100-80G@r"} and pools["A100-80G@r"].gpu.memory_gb == 40

@@ -81,3 +81,34 @@ def test_train_refuses_tp_that_does_not_divide_the_heads_before_starting(tmp_pat
     err = capsys.readouterr().err.strip()
     assert f"{path}: train.tp: 40 attention heads" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_a_rollout_tp_that_splits_no_kv_heads_is_named_so(tmp_path):
+    """TP 5 divides the 40 attention heads but neither divides nor is a multiple of the 8 KV heads: the
+    line said '(a divisor of the attention heads (vLLM))', which 5 is. It now gives the rule and the TPs
+    that fit the pool's nodes."""
+    from problems.placement.plan import load_plan
+
+    plan = load_plan(_plan(tmp_path, rollout_tp=5, train_tp=1, dp=1))
+    with pytest.raises(InputError) as err:
+        check_plan(plan, load_workload(Q32), load_cluster(MIXED8), "plan.yaml")
+    assert err.value.line() == ("plan.yaml: pools[0].rollout_tp: 8 KV heads of qwen2.5-32b are not divisible by TP 5 "
+                                "(a divisor of the 40 attention heads that divides the 8 KV heads or is a multiple of "
+                                "them (vLLM); on H100@us-east: 1, 2, 4)")
+
+
+def test_predict_names_the_plan_key_outside_the_search_space_in_plain_numbers(tmp_path, capsys):
+    """A train.pp the search never tries was reported at key `pools` as '[np.int64(1), np.int64(2), ...]'."""
+    import yaml
+
+    path = _plan(tmp_path, rollout_tp=1, train_tp=1, dp=1)
+    data = yaml.safe_load(path.read_text())
+    data["train"]["pp"], data["pools"][0]["train_gpus"] = 3, 3
+    path.write_text(yaml.safe_dump(data))
+    assert main(["predict", "--plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mosearch: {path}: train.pp: train.pp 3 is not one of 1, 2, 4") and "np." not in err, err
+    path = _plan(tmp_path, rollout_tp=3, train_tp=1, dp=1)  # predict --plan checks the plan as export does
+    assert main(["predict", "--plan", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"mosearch: {path}: pools[0].rollout_tp: 40 attention heads of "
+                                              "qwen2.5-32b are not divisible by TP 3 (")

@@ -248,7 +248,7 @@ def build_context(cluster: Cluster, workload: Workload,
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
                **p.gpu.train_fit, **p.gpu.infer_fit}
-        row.update(KIND_DEFAULTS.get(p.gpu.intra_node.kind, {}))
+        row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
         row.setdefault("elementwise_eff", row["decode_eff"])
         row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
@@ -266,7 +266,7 @@ def build_context(cluster: Cluster, workload: Workload,
         inter=arr(lambda p: p.inter_gbs * 1e9),
         price=arr(lambda p: p.gpu.price_usd_h),
         region=arr(lambda p: cluster.region_index(p.region), np.int64),
-        host_memory=arr(lambda p: p.gpu.intra_node.kind in HOST_MEMORY_KINDS, bool),
+        host_memory=arr(lambda p: p.link_kind in HOST_MEMORY_KINDS, bool),
         eff={k: np.array(v) for k, v in eff.items()},
         region_bw=cluster.region_bw * 1e9,
         region_lat=cluster.region_latency.copy(),
