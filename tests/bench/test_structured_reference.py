@@ -136,7 +136,7 @@ def test_reference_matches_brute_force_on_a_small_cluster(tmp_path, monkeypatch)
                   "  - {gpu: T4, nodes: 1, gpus_per_node: 2, region: r}\n")
     wl = tmp_path / "w.yaml"
     wl.write_text("name: w\nmodel: qwen2.5-1.5b\nalgorithm: grpo\nprompts_per_step: 32\nsamples_per_prompt: 8\n"
-                  "prompt_len: 256\nresponse_len: {mean: 512, max: 2048}\nmax_staleness: 1\nprecision: bf16\n")
+                  "prompt_len: 256\nresponse_len: {mean: 512, max: 2048}\nmax_staleness: 1\nprecision: fp16\n")
     p = PlacementProblem(load_cluster(cl), load_workload(wl))
     ref = sr.StructuredReference(p)
     full = float(p.layout.counts @ ref.price)

@@ -222,7 +222,7 @@ def test_inspect_says_which_pools_cannot_run_the_workloads_precision(tmp_path, c
     code, out, err, _, wpath = run_inspect(tmp_path, cluster, GOOD_WORKLOAD, capsys)
     assert code == 0, err
     assert "note: pools left out: V100@r (8 GPUs) cannot run bf16 (no bf16 figure in peak_tflops)" in out
-    assert "fit one A100-80G node" in out
+    assert "cluster 640 GB" in out  # the verdict over the A100s alone (8 x 80 GB)
     code, out, err, _, wpath = run_inspect(tmp_path, cluster.split("  - {gpu: A100")[0], GOOD_WORKLOAD, capsys)
     assert code == 2 and out == ""
     assert err == (f"mosearch: {wpath}: precision: bf16 runs on no pool of cluster 'c': V100@r (8 GPUs) (no bf16 figure "
