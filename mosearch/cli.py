@@ -25,12 +25,19 @@ COMMANDS = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors in one line, as every input error (`--help` shows the usage)."""
+
+    def error(self, message):
+        raise InputError("command line", None, f"{self.prog}: {message}", f"see `{self.prog} --help`")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mosearch",
         description="Plan and run RL post-training on mixed GPU clusters.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"mosearch.commands.{name}").add_parser(sub)
@@ -39,7 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)  # an argument file that cannot be read (@FILE) is an InputError
+        parser = build_parser()
+        # an argument file that cannot be read (@FILE) is an InputError
+        args, extra = parser.parse_known_args(argv)
+        # a command whose positional inputs may follow its options (`import`'s hydra-style overrides after
+        # --cluster, as verl's scripts pass them) takes the rest; anything else left is an error
+        into = getattr(args, "trailing_inputs", None)
+        if extra and into and not any(e.startswith("-") for e in extra):
+            getattr(args, into).extend(extra)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         code = args.func(args)
     except InputError as err:
         print(f"mosearch: {err.line()}", file=sys.stderr)

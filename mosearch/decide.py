@@ -229,8 +229,8 @@ class Limits:
             raise InputError(None, "--max-mem-frac", f"got {self.max_mem_frac}", "a fraction in (0, 1]")
         for flag, v in (("--max-cost", self.max_cost), ("--min-throughput", self.min_throughput),
                         ("--max-staleness", self.max_staleness)):
-            if v is not None and not v >= 0:
-                raise InputError(None, flag, f"got {v}", "a number >= 0")
+            if v is not None and not 0 <= v < float("inf"):  # inf: no limit is leaving the flag out
+                raise InputError(None, flag, f"got {v}", "a finite number >= 0 (leave the flag out for no limit)")
 
     def describe(self) -> str:
         parts = []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mosearch.cli import Parser
 from mosearch.compare import against_front, check_same_problem, summary
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
@@ -21,7 +22,7 @@ from problems.specio import read_yaml_mapping
 from mosearch.export.read import READERS, Setting, apply_overrides, layout_from_header, place
 
 
-class _ArgsFromFiles(argparse.ArgumentParser):
+class _ArgsFromFiles(Parser):
     """argparse's `@FILE` (fromfile_prefix_chars: the arguments in FILE, one per line), except that a file
     it cannot read is one line naming it (argparse prints its usage and a raw errno), and each argument
     read from a file is remembered with that file (`arg_files`: an override's error names where it was
@@ -50,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import", help="read a verl / AReaL config you run as a plan, score it, compare with a front",
                        fromfile_prefix_chars="@")
     p.__class__ = _ArgsFromFiles  # the subcommands' parsers are made by argparse, of its own class
-    p.set_defaults(arg_files={})
+    p.set_defaults(arg_files={}, trailing_inputs="inputs")  # overrides may also follow the options
     p.add_argument("inputs", nargs="*", metavar="CONFIG|OVERRIDE",
                    help="the YAML config you run (AReaL: required; verl: optional), then the hydra-style overrides "
                         "you pass on the command line (a.b=value, model_engine=megatron); @FILE reads arguments "

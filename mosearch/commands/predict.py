@@ -132,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
     # a flag of the other kind of prediction would be ignored: say so instead of printing figures without it
     unused = JOB_ONLY if args.plan else RL_ONLY + JOB_ONLY if args.job else RL_ONLY
-    wrong = [f for f in unused if getattr(args, f) not in (None, False)]
+    # (identity: 0 == False, and a flag given as 0 is given)
+    wrong = [f for f in unused if getattr(args, f) is not None and getattr(args, f) is not False]
     if wrong:
         why = ("with --plan (the plan gives the layout)" if args.plan else
                f"with --job (give it in {args.job})" if args.job else "without --plan")

@@ -292,3 +292,14 @@ def test_a_plan_on_gpus_that_cannot_run_its_precision_is_refused(tmp_path, capsy
         assert err == (f"mosearch: {path}: pools[0].pool: V100 cannot run bf16: its peak_tflops has no bf16 figure "
                        "(a plan without V100@dc: `mosearch plan` leaves out the pools that cannot run the workload's "
                        "bf16)\n"), err
+
+
+def test_an_infinite_limit_is_refused_in_one_line(tmp_path, capsys):
+    """--max-cost inf ran the search, warned from NumPy and then said no plan met the limits."""
+    from mosearch.cli import main
+
+    for flag in ("--max-cost", "--min-throughput"):
+        code = main(["plan", "--cluster", "problems/clusters/mixed-8.yaml", "--workload",
+                     "problems/workloads/qwen2.5-1.5b-grpo.yaml", "--out", str(tmp_path / "run"), flag, "inf"])
+        assert code == 2
+        assert capsys.readouterr().err == f"mosearch: {flag}: got inf (a finite number >= 0 (leave the flag out for no limit))\n"

@@ -365,3 +365,22 @@ def test_a_missing_argument_file_is_one_line(tmp_path, capsys):
     assert _import(tmp_path, "verl", [f"@{gone}"]) == 2
     assert capsys.readouterr().err == (f"mosearch: {gone}: cannot read it: No such file or directory "
                                        "(a file of arguments, one per line)\n")
+
+
+def test_overrides_may_follow_the_options_and_a_usage_error_is_one_line(tmp_path, capsys):
+    """`mosearch import --from verl CONFIG --cluster C --workload W a.b=v`, as verl's scripts put overrides
+    last: the trailing override counts as one given before the options (argparse refused it in several
+    lines); an option nobody knows is one line."""
+    cfg = tmp_path / "v1.yaml"
+    cfg.write_text("actor_rollout_ref: {actor: {ppo_micro_batch_size_per_gpu: 4}, rollout: {gpu_memory_utilization: "
+                   "0.6}}\ntrainer: {n_gpus_per_node: 8, nnodes: 1}\n")
+    wl = tmp_path / "workload.yaml"
+    wl.write_text(GRPO_NO_KL)
+    key = "actor_rollout_ref.rollout.gpu_memory_utilization"
+    before = main(["import", "--from", "verl", str(cfg), f"{key}=1.7", "--cluster", str(H100), "--workload", str(wl)])
+    err_before = capsys.readouterr().err
+    after = main(["import", "--from", "verl", str(cfg), "--cluster", str(H100), "--workload", str(wl), f"{key}=1.7"])
+    assert (before, after) == (2, 2) and capsys.readouterr().err == err_before
+    assert main(["import", "--from", "verl", str(cfg), "--cluster", str(H100), "--workload", str(wl), "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: --bogus" in err

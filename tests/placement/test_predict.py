@@ -408,3 +408,13 @@ def test_the_fsdp_assumption_is_listed_only_where_parameters_are_sharded():
     assert not listed(sharding="none") and not listed(sharding="zero1", dp=2, micro_batch=2)
     assert not listed(sharding="zero3", dp=1)  # one replica gathers nothing
     assert listed(sharding="zero3", dp=2, micro_batch=2) and listed(sharding="fsdp", dp=2, micro_batch=2)
+
+
+def test_cli_an_rl_step_flag_given_as_zero_without_a_plan_is_refused(capsys):
+    """`--mini-batches 0` without --plan was taken as not given (0 == False) and the job predicted."""
+    from mosearch.cli import main
+
+    for flag in ("--mini-batches", "--group-size", "--response-max"):
+        assert main(["predict", "--seq-len", "4096", "--global-batch", "16", "--model", "qwen2.5-0.5b", "--gpu", "H100",
+                     flag, "0"]) == 2
+        assert capsys.readouterr().err.startswith(f"mosearch: command line: {flag}: not used without --plan")
