@@ -146,6 +146,9 @@ def _job_context(job: TrainingJob, where: str | None):
     why = arch.tp_problem(job.tp, kv_replicas=False)
     if why:
         raise InputError(where, "tp", why, "a divisor of the attention and KV heads")
+    if arch.max_context is not None and job.seq_len > arch.max_context:
+        raise InputError(where, "seq_len", f"{job.seq_len} tokens, beyond the {arch.max_context} of {arch.name}'s "
+                         "context (max_position_embeddings)", f"at most {arch.max_context}")
     if job.pp > arch.layers:
         raise InputError(where, "pp", f"{job.pp} pipeline stages for the {arch.layers} layers of {arch.name}",
                          "at most one stage per layer")

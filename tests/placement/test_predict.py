@@ -418,3 +418,11 @@ def test_cli_an_rl_step_flag_given_as_zero_without_a_plan_is_refused(capsys):
         assert main(["predict", "--seq-len", "4096", "--global-batch", "16", "--model", "qwen2.5-0.5b", "--gpu", "H100",
                      flag, "0"]) == 2
         assert capsys.readouterr().err.startswith(f"mosearch: command line: {flag}: not used without --plan")
+
+
+def test_cli_a_sequence_beyond_the_models_context_is_refused(capsys):
+    """--seq-len 999999 for Qwen2.5-7B was predicted (and called out of memory, exit 3): it is bad input."""
+    from mosearch.cli import main
+
+    assert main(["predict", "--model", "qwen2.5-7b", "--gpu", "H100", "--seq-len", "999999", "--global-batch", "8"]) == 2
+    assert "beyond the 131072 of qwen2.5-7b's context" in capsys.readouterr().err
