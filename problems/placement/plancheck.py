@@ -20,6 +20,10 @@ def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, p
                          f"at most {most}, the max_staleness of {workload.path}")
     model = workload.model
     nodes = {p.id: p.gpus_per_node for p in cluster.pools} if cluster is not None else {}
+    sizes = {p.id: p.node_sizes for p in cluster.pools if p.node_sizes} if cluster is not None else {}
+    # a pool of machines of different sizes is planned as nodes of their common divisor (`Cluster.notes`)
+    uneven = lambda pool: (f" (its machines of {' and '.join(map(str, sorted(set(sizes[pool]), reverse=True)))} "  # noqa: E731
+                           "GPUs are planned as nodes of their common divisor)" if pool in sizes else "")
     gpus = {p.id: p.gpu for p in cluster.pools} if cluster is not None else {}
     for i, p in enumerate(plan.pools):
         why = gpus[p.pool].precision_problem(workload.precision) if p.used_gpus and p.pool in gpus else None
@@ -41,14 +45,14 @@ def check_plan(plan: Plan, workload: Workload, cluster: Cluster | None = None, p
             raise InputError(path, f"pools[{i}].rollout_tp", why, rule)
         if p.pool in nodes and nodes[p.pool] % p.rollout_tp:
             raise InputError(path, f"pools[{i}].rollout_tp", f"TP {p.rollout_tp} does not tile a node of "
-                             f"{p.pool}", f"a divisor of its {nodes[p.pool]} GPUs per node")
+                             f"{p.pool}", f"a divisor of its {nodes[p.pool]} GPUs per node{uneven(p.pool)}")
     tp = plan.train.tp
     why = model.tp_problem(tp, kv_replicas=False)
     if why:
         raise InputError(path, "train.tp", why, f"a divisor of the {model.heads} attention heads and of the "
                          f"{model.kv_heads} KV heads (Megatron)")
-    train_nodes = [nodes[p.pool] for p in plan.pools if p.train_gpus + p.shared_gpus and p.pool in nodes]
-    bad = [n for n in train_nodes if n % tp]
+    train_nodes = [(nodes[p.pool], p.pool) for p in plan.pools if p.train_gpus + p.shared_gpus and p.pool in nodes]
+    bad = [(n, pool) for n, pool in train_nodes if n % tp]
     if bad:
-        raise InputError(path, "train.tp", f"TP {tp} does not tile a training node of {bad[0]} GPUs",
-                         "a divisor of every training pool's GPUs per node")
+        raise InputError(path, "train.tp", f"TP {tp} does not tile a training node of {bad[0][0]} GPUs",
+                         f"a divisor of every training pool's GPUs per node{uneven(bad[0][1])}")
