@@ -172,13 +172,15 @@ class PlacementProblem(Problem):
 
     def executor_refusal(self, plan: Plan) -> str | None:
         """Why this problem's executor cannot run `plan` as planned: the first rule it breaks, or, where
-        the executor runs the workload otherwise than it was given (`executor_note`), the memory the plan
-        then needs beyond its GPUs'."""
+        the executor runs the workload otherwise than it was given (`executor_note`) and the plan was
+        scored as given, the memory the plan then needs beyond its GPUs' where it fitted as scored."""
         rule = self.executor_problem(plan)
-        if rule is not None or self.executor_note is None:
+        if rule is not None or self.executor_note is None or plan.executor == self.executor.name:
             return rule
         frac = float(self.evaluate_plans([plan])["peak_mem_frac"][0])
-        if frac > 1.0:
+        if not hasattr(self, "_as_given"):  # the workload as given, for every plan checked (export's front scan)
+            self._as_given = self.without_executor()
+        if frac > 1.0 and float(self._as_given.evaluate_plans([plan])["peak_mem_frac"][0]) <= 1.0:
             return (f"{self.executor.runs} trains Hugging Face's eager modules (the workload says "
                     f"{self.workload.elementwise_kernels}): with their activations the plan needs {frac:.0%} of its "
                     f"GPUs' memory (by the model)")
