@@ -15,6 +15,7 @@ from problems.placement.names import ASYNC
 # actor_rollout_ref.actor.kl_loss_coef (ppo_trainer.yaml)
 WORKLOAD_KL_COEF = 0.001
 
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("train", help="run GRPO/PPO training on Ray with vLLM rollouts, as a plan says",
                               description="Run distributed RL training (vLLM rollouts, PyTorch training on Ray) "

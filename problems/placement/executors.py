@@ -104,9 +104,9 @@ def get(name: str | None) -> Executor:
 def scored_workload(ex: Executor, workload):
     """(the workload as the executor runs it, the line that says how it differs or None). AReaL 1.0.4's
     FSDP engine builds Hugging Face modules with no switch for fused kernels (its FSDPEngineConfig in
-    cli_args.py has no key for them; docs/export.md), so its plans' layers are eager: slower, and they keep more activations (model/memory.py
-    `hf_layer_bytes_per_token`). Megatron-engine plans (pp > 1) are scored the same way: that engine's
-    fusions are set by its model bridge, with no key either."""
+    cli_args.py has no key for them; docs/export.md), so its plans' layers are eager: slower, and they
+    keep more activations (model/memory.py `hf_layer_bytes_per_token`). Megatron-engine plans (pp > 1)
+    are scored the same way: that engine's fusions are set by its model bridge, with no key either."""
     import dataclasses
 
     if not ex.eager_modules or workload.elementwise_kernels == EAGER_KERNELS:

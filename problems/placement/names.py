@@ -12,9 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # -- execution modes ------------------------------------------------------------------------------
-# -- the executors a front is searched for (problems/placement/executors.py holds their rules) ---------
-EXECUTOR_NAMES: tuple[str, ...] = ("mosearch", "verl", "areal", "rlinf")
-
 MODES: tuple[str, ...] = ("colocated", "disaggregated", "async")
 COLOCATED, DISAGGREGATED, ASYNC = MODES
 # the value of each mode in the plan vector and the model's arrays
@@ -24,6 +21,9 @@ MODE_WORDS = {COLOCATED: "colocated (rollout and training share GPUs in turn)",
               DISAGGREGATED: "disaggregated (separate GPUs, in step)",
               ASYNC: "asynchronous (separate GPUs, bounded staleness)"}
 OTHER_COLOUR = "#7f7f7f"
+
+# -- the executors a front is searched for (problems/placement/executors.py holds their rules) ---------
+EXECUTOR_NAMES: tuple[str, ...] = ("mosearch", "verl", "areal", "rlinf")
 
 # -- precisions of a workload or training job ------------------------------------------------------
 # storage bytes and the matmul units each runs on: problems/placement/specs.py PRECISION_BYTES and the

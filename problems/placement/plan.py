@@ -26,10 +26,7 @@ SyncRoute = Literal[ROUTES]
 ExecutorName = Literal[EXECUTOR_NAMES]
 
 
-_Strict = Spec
-
-
-class SpecRef(_Strict):
+class SpecRef(Spec):
     """Where a spec file was and what it held when the plan was made."""
 
     name: str
@@ -37,7 +34,7 @@ class SpecRef(_Strict):
     sha256: str
 
 
-class PoolRoles(_Strict):
+class PoolRoles(Spec):
     """What the GPUs of one pool (one GPU type in one region) do."""
 
     pool: str = Field(description="pool id, '<gpu>@<region>'")
@@ -60,12 +57,12 @@ class PoolRoles(_Strict):
         return self.rollout_gpus + self.train_gpus + self.shared_gpus
 
 
-class RolloutLayout(_Strict):
+class RolloutLayout(Spec):
     kv_mem_frac: float = Field(gt=0.0, le=0.98, description="share of GPU memory the engine may use (vLLM gpu_memory_utilization)")
     max_num_seqs: int = Field(ge=1, description="concurrent sequences per engine")
 
 
-class TrainLayout(_Strict):
+class TrainLayout(Spec):
     dp: int = Field(ge=1)
     tp: int = Field(ge=1)
     pp: int = Field(ge=1)
@@ -75,7 +72,7 @@ class TrainLayout(_Strict):
     optimizer_offload: bool = False
 
 
-class Execution(_Strict):
+class Execution(Spec):
     mode: ExecutionMode
     staleness_bound: int = Field(ge=0, description="k: the oldest policy version a trained sample may come from, counted back")
     pipeline_chunks: int = Field(ge=1, description="elastic pipelining: rollout streams the step's batch to training in this many chunks")
@@ -87,11 +84,11 @@ class Execution(_Strict):
         return self
 
 
-class WeightSync(_Strict):
+class WeightSync(Spec):
     route: SyncRoute = Field(description="direct: trainer ranks send to engines; staged: one copy per region, then fan out")
 
 
-class Selection(_Strict):
+class Selection(Spec):
     """How `mosearch pick` chose the plan (its rule and limits, and the search's limits), so that a
     re-plan after a node loss (`mosearch train --on-node-loss replan`) searches and chooses the same way."""
 
@@ -104,7 +101,7 @@ class Selection(_Strict):
     resolution: list[float] | None = None
 
 
-class Plan(_Strict):
+class Plan(Spec):
     schema_version: int = SCHEMA_VERSION
 
     @field_validator("schema_version")

@@ -23,27 +23,27 @@ from pydantic import Field, field_validator, model_validator
 
 from problems.errors import InputError
 from problems.placement.catalog import Architecture, Precision, gpu_aliases, gpu_catalog, model_presets, nearest
-from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload, _Spec,
+from problems.placement.specs import (PRECISION_BYTES, Cluster, ElementwiseKernels, ModelSpec, Pool, Workload,
                                       load_cluster, resolve_architecture)
 from problems.placement.names import (AMP_AUTOCAST_HELP, ASYNC, COLOCATED, EAGER_KERNELS, ELEMENTWISE_KERNELS_HELP,
                                       PRECISIONS, RECOMPUTE, SHARDINGS, params_sharded_by)
 from problems.placement.plan import Sharding
 from problems.placement.plancheck import check_plan
-from problems.specio import load_model
+from problems.specio import Spec, load_model
 
 # Per-node network of a DGX A100 (8 x 200 Gb/s HDR InfiniBand compute ports = 200 GB/s; NVIDIA DGX
 # A100 datasheet); DGX H100 has 8 x 400 Gb/s. Give `inter_node_gbs` for other machines.
 DEFAULT_INTER_NODE_GBS = 200.0
 
 
-class GPUFigures(_Spec):
+class GPUFigures(Spec):
     """Figures of a GPU variant that differs from the catalog's part (e.g. an H100 with 96 GB HBM2e)."""
 
     memory_gb: float | None = Field(default=None, gt=0)
     bandwidth_tbs: float | None = Field(default=None, gt=0)
 
 
-class TrainingJob(_Spec):
+class TrainingJob(Spec):
     """A plain (pre-)training or fine-tuning job on an explicit layout."""
 
     name: str = "job"

@@ -17,6 +17,7 @@ Inequality constraints (G <= 0 is feasible), in this order: CONSTRAINTS =
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -178,13 +179,14 @@ class PlacementProblem(Problem):
         if rule is not None or self.executor_note is None or plan.executor == self.executor.name:
             return rule
         frac = float(self.evaluate_plans([plan])["peak_mem_frac"][0])
-        if not hasattr(self, "_as_given"):  # the workload as given, for every plan checked (export's front scan)
-            self._as_given = self.without_executor()
         if frac > 1.0 and float(self._as_given.evaluate_plans([plan])["peak_mem_frac"][0]) <= 1.0:
-            return (f"{self.executor.runs} trains Hugging Face's eager modules (the workload says "
-                    f"{self.workload.elementwise_kernels}): with their activations the plan needs {frac:.0%} of its "
-                    f"GPUs' memory (by the model)")
+            return f"{self.executor_note}; so scored, the plan needs {frac:.0%} of its GPUs' memory (by the model)"
         return None
+
+    @functools.cached_property
+    def _as_given(self) -> "PlacementProblem":
+        """The problem scoring the workload as given (once for every plan `executor_refusal` checks)."""
+        return self.without_executor()
 
     def evaluate_plans(self, plans: list[Plan]) -> dict[str, np.ndarray]:
         return self.evaluate_matrix(np.array([self.encode(p) for p in plans]))

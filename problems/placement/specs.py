@@ -39,25 +39,22 @@ ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "tf32": 4, "fp32": 4}
 
 
-_Spec = Spec
-
-
 # ---------------------------------------------------------------- cluster.yaml
 
 
-class RegionSpec(_Spec):
+class RegionSpec(Spec):
     inter_node_gbs: float = Field(gt=0, description="per-node network bandwidth between nodes of the region, GB/s")
     inter_node_latency_ms: float = Field(default=0.01, ge=0)
 
 
-class RegionLinkSpec(_Spec):
+class RegionLinkSpec(Spec):
     between: tuple[str, str]
     bandwidth_gbs: float = Field(gt=0)
     latency_ms: float = Field(ge=0)
     egress_usd_per_gb: float = Field(ge=0)
 
 
-class NodeGroupSpec(_Spec):
+class NodeGroupSpec(Spec):
     name: str | None = None
     gpu: str
     nodes: int = Field(gt=0)
@@ -69,7 +66,7 @@ class NodeGroupSpec(_Spec):
         "servers on InfiniBand)"))
 
 
-class GPUTypeSpec(_Spec):
+class GPUTypeSpec(Spec):
     """An override of a catalog GPU (any subset of fields) or a new GPU type (core fields required)."""
 
     tflops: float | None = Field(default=None, gt=0)
@@ -88,7 +85,7 @@ class GPUTypeSpec(_Spec):
     source: str | None = None
 
 
-class ClusterSpec(_Spec):
+class ClusterSpec(Spec):
     name: str
     regions: dict[str, RegionSpec] = Field(min_length=1)
     links: list[RegionLinkSpec] = Field(default_factory=list)
@@ -359,7 +356,7 @@ def load_cluster(path: str | Path) -> Cluster:
 DEFAULT_SIGMA = 0.32
 
 
-class ResponseLength(_Spec):
+class ResponseLength(Spec):
     mean: int = Field(gt=0)
     max: int = Field(gt=0)
     sigma: float = Field(default=DEFAULT_SIGMA, ge=0, le=3, description=(
@@ -377,7 +374,7 @@ class ModelSpec(Architecture):
     """An explicit architecture given in the workload file."""
 
 
-class WorkloadSpec(_Spec):
+class WorkloadSpec(Spec):
     name: str
     model: str | ModelSpec
     algorithm: Literal["grpo", "ppo"]

@@ -159,6 +159,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     e = ctx.eff
     tp, pp, mb = f["tp"], f["pp"], f["micro_batch"]
     g = tp * pp
+    col = lambda v: np.reshape(np.broadcast_to(v, tp.shape), (-1, 1))  # noqa: E731  (a scalar or (N,) -> (N, 1))
     gpus = f["train_gpus"] + f["shared_gpus"]  # (N, P)
     staged = ctx.stage_layers is not None
     tok = ctx.prompt_len + ctx.resp_mean
@@ -220,7 +221,6 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
              + tp_comm + e["layer_s"])
     if eager_layers(ctx):  # the host launching eager layers' kernels one by one (Python per op): the GPU waits
         # when it is the slower
-        col = lambda v: np.reshape(v * np.ones(len(tp)), (-1, 1))  # noqa: E731  (a scalar or (N,) pass count)
         layer = np.maximum(layer, col(n_fwd) * e["hf_layer_fwd_s"] + col(n_bwd) * e["hf_layer_bwd_s"])
     # the logits each pass through the head produces, processed element-wise over the whole vocabulary (a
     # recomputation re-runs the layers, not the head); vocabulary-parallel over TP
@@ -282,7 +282,6 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     traffic, one_ag = fsdp_traffic_s(stage_w * w_b, stage_w * g_b, dp, ring, lat, gathers, n_bwd)
     # each pool's ranks against their own micro-batches (N, P): a faster pool runs more of them, each
     # hiding less; an explicit layout's replicas are one pipeline, its stages' slowest micro-batch
-    col = lambda v: np.reshape(v, (-1, 1))  # noqa: E731  ((N,) -> (N, 1))
     mb_compute = np.where(reps > 0, stage_layers_max * layer - tp_comm * stage_layers_max, 0.0)
     m_rank = np.where(reps > 0, m, 0.0) * chunks[:, None]
     if staged:
