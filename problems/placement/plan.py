@@ -70,6 +70,23 @@ class TrainLayout(Spec):
     micro_batch: int = Field(ge=1, description="sequences per micro-batch per data-parallel rank")
     recompute: bool = False
     optimizer_offload: bool = False
+    ep: int = Field(default=1, ge=1, description=(
+        "expert-parallel size (mixture-of-experts models): each expert layer's experts are split over this "
+        "many ranks of the dp x tp grid, as Megatron-core's expert_model_parallel_size; 1 for dense models"))
+
+    @model_validator(mode="after")
+    def _ep_fits_the_grid(self) -> "TrainLayout":
+        if (self.dp * self.tp) % self.ep:
+            raise ValueError(f"ep = {self.ep} must divide dp*tp = {self.dp * self.tp} (expert-parallel groups "
+                             "are carved from the data- and tensor-parallel ranks of one pipeline stage)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_dense_ep(self, handler):
+        out = handler(self)
+        if isinstance(out, dict) and out.get("ep") == 1:  # dense plans' files stay as they were
+            out.pop("ep", None)
+        return out
 
 
 class Execution(Spec):
