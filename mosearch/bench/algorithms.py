@@ -241,7 +241,7 @@ def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str]
             lines.append("")
         missing = [p for p in problems if not any(r["problem"] == p and r["m"] == m and r["evals"] == evals for r in runs.values())]
         if missing:
-            lines.append(f"Not measured at equal budget (ran out of session time): {', '.join(missing)}; "
+            lines.append(f"Not measured at equal budget: {', '.join(missing)}; "
                          f"`mosearch bench algorithms --m {m} --problems {','.join(missing)}` fills them in.")
             lines.append("")
     lines.append("## Targets")

@@ -33,6 +33,15 @@ import time
 import traceback
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _repo_relative(text: str) -> str:
+    """A traceback as a results file keeps it: the repository's files by their paths inside it, so the file
+    says nothing of the machine it ran on."""
+    return text.replace(f"{REPO}{os.sep}", "")
+
+
 # (model, precision, seq_len, micro_batch, micro-batches per step, recompute): the step is one
 # optimizer update over micro_batch x micro-batches sequences of seq_len tokens (a quarter prompt)
 GRID = (
@@ -117,7 +126,7 @@ def check_path(workdir: Path) -> list[dict]:
             rows.append({"check": name, "ok": True, "detail": detail, "s": time.perf_counter() - t0})
         except Exception as e:  # a failed check is a result: it is reported, the others still run
             rows.append({"check": name, "ok": False, "detail": f"{type(e).__name__}: {e}",
-                         "traceback": traceback.format_exc(), "s": time.perf_counter() - t0})
+                         "traceback": _repo_relative(traceback.format_exc()), "s": time.perf_counter() - t0})
         print(("ok   " if rows[-1]["ok"] else "FAIL ") + name + ": " + str(rows[-1]["detail"])[:300], flush=True)
 
     tiny = build_tiny(workdir / "tiny")

@@ -592,8 +592,8 @@ def _scale_section(rows: list[dict]) -> list[str]:
                    f"{r['rate_10k']:,.0f} | {r['search_s']:.1f}{cut} | {_fmt(r.get('search_wall_s'), 3)} | "
                    f"{r['cpu_s']:.1f} | {load} | {r['front']} |")
     at1024 = [r for r in rows if r["gpus"] == 1024]
-    out += ["", "The machine is shared (1-minute load average in the table, 2 cores; other sessions' jobs take most "
-            "of the CPU), so wall seconds (and the plans/s columns, wall-clock rates) are inflated by waiting for a "
+    out += ["", "The machine is shared (1-minute load average in the table, 2 cores; other processes take most "
+            "of the CPU at times), so wall seconds (and the plans/s columns, wall-clock rates) are inflated by waiting for a "
             "core, and growth is fitted on the CPU seconds of the benchmark process, which waiting does not count. Least-squares fit of log(CPU s of the whole "
             f"default run) on log(pools), all rows: slope **{_slope(rows):.2f}** (1 = linear); on log(GPUs): "
             f"{_slope(rows, 'gpus'):.2f}"
