@@ -51,14 +51,16 @@ def main(n: int = 10_000, out_path: str | None = None) -> None:
         print(f"{cluster:<12} {workload:<18} {p.layout.n_pools:>5} {p.n_var:>4} {n / t_eval:>17,.0f} {n / t_rep:>15,.0f}")
         rows.append(f"| {cluster} | {workload} | {p.layout.n_pools} | {p.n_var} | {n / t_eval:,.0f} | {n / t_rep:,.0f} |")
     if out_path:
+        from mosearch.bench import provenance
         from problems.atomic import atomic_write_text
 
         load = "/".join(f"{x:.1f}" for x in os.getloadavg())
         atomic_write_text(out_path, "\n".join([
             "# Placement model speed", "",
+            provenance.line("python -m mosearch.bench.model_speed --out results/bench/model_speed.md"), "",
             "Made by `python -m mosearch.bench.model_speed --out results/bench/model_speed.md`: plans per second of "
             f"`PlacementProblem._evaluate` (repair check + model + constraints) on repaired random populations of "
-            f"{n:,} plans, best of 5 repeats, one thread, on this 2-core x86_64 machine (load average {load} at the end).",
+            f"{n:,} plans, best of 5 repeats, one thread, one thread (load average {load} at the end).",
             "", "| cluster | workload | pools | variables | evaluate plans/s | repair plans/s |", "|---|---|---|---|---:|---:|",
             *rows, ""]))
 
