@@ -60,7 +60,7 @@ def main(n: int = 10_000, out_path: str | None = None) -> None:
             provenance.line("python -m mosearch.bench.model_speed --out results/bench/model_speed.md"), "",
             "Made by `python -m mosearch.bench.model_speed --out results/bench/model_speed.md`: plans per second of "
             f"`PlacementProblem._evaluate` (repair check + model + constraints) on repaired random populations of "
-            f"{n:,} plans, best of 5 repeats, one thread, one thread (load average {load} at the end).",
+            f"{n:,} plans, best of 5 repeats, one thread (load average {load} at the end).",
             "", "| cluster | workload | pools | variables | evaluate plans/s | repair plans/s |", "|---|---|---|---|---:|---:|",
             *rows, ""]))
 
