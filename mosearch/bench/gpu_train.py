@@ -33,6 +33,8 @@ import time
 import traceback
 from pathlib import Path
 
+from mosearch.bench import provenance
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -371,7 +373,8 @@ def measure(args) -> int:
     head = {"kind": "machine", "grid": args.grid, "loss_chunk_logits": LOSS_CHUNK_LOGITS,
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "transformers": transformers.__version__,
-            "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9}
+            "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9,
+            "commit": provenance.commit(), "date": time.strftime("%Y-%m-%d")}
     print(json.dumps(head), flush=True)
     with open(out, "w") as f:
         print(json.dumps(head), file=f, flush=True)
@@ -420,6 +423,19 @@ def errors(r: dict, p: dict) -> dict[str, float]:
             "reserved": (m["reserved"] - m["runtime"]) / r["reserved_gb"] - 1}
 
 
+def _measured_at(head: dict, path: str) -> str:
+    """The commit a measurement ran at: recorded by `measure`, else (files measured before it recorded one)
+    the commit that added the file, whose code it measured."""
+    if head.get("commit"):
+        return f"Measured at commit {head['commit']} on {head.get('date', '?')}."
+    import subprocess
+
+    log = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %ad", "--date=short", "--", path],
+                         cwd=provenance.ROOT, capture_output=True, text=True).stdout.split()
+    return (f"Added in commit {log[-2]} ({log[-1]}): measured on that commit's code or its parent's." if len(log) >= 2
+            else "The commit it was measured at is not recorded.")
+
+
 def compare(args) -> int:
     from mosearch.bench import publish
 
@@ -432,6 +448,7 @@ def compare(args) -> int:
     grid = head.get("grid") or ("probe" if heads else "main")
     grid = "" if grid == "main" else f" --grid {grid}" + (" --steps-only" if not checks else "")
     lines = [f"# The trainer's step on {head['gpu']}, measured, beside the model's prediction", "",
+             _measured_at(head, args.file), "",
              f"PyTorch {head['torch']} (CUDA {head['cuda']}), transformers {head['transformers']}. Measured with "
              f"`python -m mosearch.bench.gpu_train measure{grid} --out {args.file}`; this table: "
              f"`python -m mosearch.bench.gpu_train compare {args.file} --out {args.out}`.", "",
