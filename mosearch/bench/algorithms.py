@@ -29,6 +29,7 @@ from mosearch.algorithms.maoea_cs import PLANNER_SWITCH_SHARE
 from problems.atomic import atomic_write_text
 from problems.benchmarks.maf import PROBLEMS, get_problem
 from problems.errors import InputError
+from mosearch.bench import provenance
 
 DEFAULT_OUTPUT = Path("results/bench/maf.md")
 DEFAULT_EVALS = 20_000
@@ -152,7 +153,7 @@ def _fmt(x: float) -> str:
 
 def render(runs: dict, problems: list[str], ms: list[int], algorithms: list[str], evals: int, full_problems: list[str],
            command: str = "mosearch bench algorithms", cache_name: str = "maf_runs.jsonl") -> str:
-    lines = ["# MaOEA-CS on MaF1-MaF15: IGD against the CEC'2017 reference fronts", ""]
+    lines = ["# MaOEA-CS on MaF1-MaF15: IGD against the CEC'2017 reference fronts", "", provenance.line(), ""]
     lines += [
         f"Regenerate with `{command}` (runs are cached in `{cache_name}`;",
         "options `--problems`, `--m`, `--seeds`, `--evals`, `--algorithms`, `--full-problems` re-run parts).",

@@ -12,7 +12,7 @@ plan of each seed's front within it is compared with a reference, the best of:
 At each floor, the cheapest plan at or above it is compared the same way (reference cost / seed's
 cost). Seed spread: at each budget, the slowest seed's answer over the fastest's.
 
-Targets (issue 29): every ratio >= 0.98 and every seed spread >= 0.98.
+Targets: every ratio >= 0.98 and every seed spread >= 0.98.
 
 Usage: python -m mosearch.bench.budget_targets [--seeds 1 2 3] [--quick] [--out results/bench/budgets.md]
   --quick: each cluster with one workload (alternating) instead of both.
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from mosearch.bench import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -208,7 +209,7 @@ def main(argv=None) -> int:
            + (f" --clusters {' '.join(args.clusters)} --out {_rel(Path(args.out).resolve())}" if args.clusters else ""))
     load1 = os.getloadavg()
     lines = [
-        "# Budget completeness and seed stability of the default `mosearch plan` (issue 29)", "",
+        "# Budget completeness and seed stability of the default `mosearch plan`", "", provenance.line(), "",
         f"Regenerate: `{cmd}`" + ("" if not args.quick else
                                    f" (this table: `--quick`, one workload per cluster; the full run: "
                                    f"`python -m mosearch.bench.budget_targets --seeds {seeds}`)"), "",

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from problems.placement.predict import TrainingJob, predict_training  # noqa: E402
 from mosearch.bench import publish  # noqa: E402
+from mosearch.bench import provenance  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "e2e_published.csv"
 # measured-set GPU (mosearch/bench/model_validation.py chips) whose per-layer fit stands for a catalog type
@@ -141,7 +142,7 @@ def evaluate(rows, fits) -> list[dict]:
 
 def report(results, fits, gap) -> str:
     names = list(fits)
-    lines = ["# End-to-end validation: published training iterations vs the model", "",
+    lines = ["# End-to-end validation: published training iterations vs the model", "", provenance.line(), "",
              "Made by `python -m mosearch.bench.e2e_validation`. Rows: `benchmarks/data/e2e_published.csv` (source URL",
              "and table per row). Measured iteration = the published figure converted with the source's own",
              "FLOP count (Megatron: 96 B s l h^2 (1 + s/6h + V/16lh) per iteration) or tokens/s/GPU. Predicted:",

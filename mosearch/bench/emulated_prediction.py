@@ -1,4 +1,4 @@
-"""Predicted against measured for an emulated run (issue 27.3): a plan made for a GPU cluster, run
+"""Predicted against measured for an emulated run: a plan made for a GPU cluster, run
 here with `--emulate`, is predicted for exactly what ran (its emulated engines, dp and sharding on
 this machine's CPU profile, the devices time-sharing its cores), and set against the run's own
 measurement. Beside it, for scale, the same workload's plan for this machine (`local`), which runs

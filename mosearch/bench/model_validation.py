@@ -31,6 +31,7 @@ from problems.placement.model.comm import ring_allreduce_s  # noqa: E402
 from problems.placement.model.rollout import attn_decode_op_s, attn_prefill_op_s, linear_op_s  # noqa: E402
 from problems.placement.model.training import layer_elementwise_bytes, layer_fwd_flops  # noqa: E402
 from mosearch.bench import publish  # noqa: E402
+from mosearch.bench import provenance  # noqa: E402
 
 DATA = ROOT / "problems/placement/data/measured"
 GPUS = yaml.safe_load((DATA / "gpus.yaml").read_text())["gpus"]
@@ -399,7 +400,7 @@ def report(results) -> str:
     ratio, n_ratio = aceso_backward_ratio()
     lines = [
         "# Performance-model validation against measured GPU timings",
-        "",
+        "", provenance.line(), "",
         "Made by `python -m mosearch.bench.model_validation`. Data: `problems/placement/data/measured/`",
         "(Sailor and Aceso per-layer training profiles, vidur per-operator inference profiles; every row",
         "keeps its `source`). Errors are |predicted / measured - 1|.",

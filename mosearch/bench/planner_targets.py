@@ -1,4 +1,4 @@
-"""The planner's targets (issue 5), measured on this machine; writes results/bench/planner.md.
+"""The planner's targets, measured on this machine; writes results/bench/planner.md.
 
 1. `mosearch plan` with default settings, wall time of the whole command (start-up, search,
    front, plots, report): mixed-64 x qwen2.5-7b-grpo (target <= 30 s) and hetero-1024 x
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from mosearch.planner.hv import HVScale  # noqa: E402
 from problems.atomic import atomic_write_text  # noqa: E402
 from mosearch.results import load_run, objective_matrix  # noqa: E402
+from mosearch.bench import provenance  # noqa: E402
 
 CLUSTERS = ROOT / "problems" / "clusters"
 WORKLOAD = ROOT / "problems" / "workloads" / "qwen2.5-7b-grpo.yaml"
@@ -87,7 +88,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "planner.md"))
     args = ap.parse_args()
 
-    lines = ["# Planner targets (issue 5)", "",
+    lines = ["# Planner targets", "", provenance.line(), "",
              f"Measured by `python -m mosearch.bench.planner_targets` on {platform.machine()} "
              f"({os.cpu_count()} cores shared with other work), Python {platform.python_version()}. "
              "`mosearch plan` with default settings (MaOEA-CS, seed 1, population 100, default evaluation budget); "

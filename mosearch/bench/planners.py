@@ -26,6 +26,7 @@ from mosearch.bench import baseline_plans as bp
 from mosearch.bench import scenarios as sc
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
+from mosearch.bench import provenance
 
 DEFAULT_OUTPUT = Path("results/bench/planners.md")
 DEFAULT_EVALS = 3_000
@@ -236,7 +237,7 @@ def render(runs: dict, scenarios, methods, seeds: int, evals: int, plot_dir: Pat
     data = [d for cl, wl in scenarios if (d := scenario_data(runs, sc.scenario_id(cl, wl), methods, seeds, evals))]
     feasible = [d for d in data if d["feasible"] and d["runs"]]
     skipped = [d["sid"] for d in data if not d["feasible"]]
-    lines = ["# Planners: search quality, anytime behaviour, plan quality, speed", ""]
+    lines = ["# Planners: search quality, anytime behaviour, plan quality, speed", "", provenance.line(), ""]
     summary_at = len(lines)
     from mosearch.planner.search import SearchSettings
 

@@ -35,6 +35,7 @@ from problems.atomic import atomic_write_text  # noqa: E402
 from problems.placement import PlacementProblem  # noqa: E402
 from problems.placement.names import MODES, SHARDINGS  # noqa: E402
 from problems.placement.profile import RUN_FITTED  # noqa: E402
+from mosearch.bench import provenance  # noqa: E402
 
 WORKLOAD = REPO / "problems" / "workloads" / "tiny-grpo.yaml"
 
@@ -288,7 +289,7 @@ def main() -> int:
     run_loads = ", ".join("/".join(f"{x:.1f}" for x in r["load"]) if r["load"] else "not recorded" for r in rows)
     lines = [
         "# Predictor accuracy: calibrated model vs measured training runs (this machine)",
-        "",
+        "", provenance.line(), "",
         f"Regenerate: `python -m mosearch.bench.predictor_accuracy --steps {args.steps}"
         f"{' --keep-profile' if args.keep_profile else ''}` (it runs "
         "`mosearch profile --out profiles/local.yaml` first when that file is missing). "

@@ -52,7 +52,7 @@ def machine() -> str:
     return ", ".join(parts)
 
 
-def line(command: str) -> str:
-    """One line for the top of a results file."""
+def line(command: str | None = None) -> str:
+    """One line for the top of a results file (the command, where the file does not name it elsewhere)."""
     today = _dt.date.today().isoformat()
-    return f"Measured at commit {commit()} on {today}, on {machine()}, by `{command}`."
+    return f"Measured at commit {commit()} on {today}, on {machine()}" + (f", by `{command}`." if command else ".")

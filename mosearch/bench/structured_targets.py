@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mosearch.bench.structured_reference import StructuredReference
+from mosearch.bench import provenance
 
 INPUTS = Path(__file__).resolve().parents[2] / "benchmarks"  # clusters and workloads written for the benchmarks
 
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     seeds = " ".join(str(s) for s in args.seeds)
     lines = [
         "# Default `mosearch plan` against the structured reference",
-        "",
+        "", provenance.line(), "",
         f"Regenerate: `python -m mosearch.bench.structured_targets --seeds {seeds} --out {args.out}`",
         "",
         "Clusters and workloads: `benchmarks/clusters/`, `benchmarks/workloads/` (written for this check, none "

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import yaml
+from mosearch.bench import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -201,7 +202,7 @@ def main() -> None:
     shown = [a for i, a in enumerate(sys.argv[1:]) if a not in ("--out", "--work")
              and (i == 0 or sys.argv[i] not in ("--out", "--work"))]
     cmd = "python -m mosearch.bench.trainer_bench " + " ".join(shown)
-    lines = ["# Trainer benchmark", "",
+    lines = ["# Trainer benchmark", "", provenance.line(), "",
              f"Measured by `{cmd.strip()}` on {platform.machine()} CPU, {os.cpu_count()} cores shared with other jobs, "
              "no GPU; Ray local, vLLM CPU build, fp32. Load average (1/5/15 min) is noted per part: speeds are noisy.",
              "", "Demo defaults (`mosearch demo`, read from its parser): "

@@ -28,6 +28,7 @@ import numpy as np
 
 from mosearch.bench.structured_targets import CASES
 from mosearch.bench import publish
+from mosearch.bench import provenance
 
 INPUTS = Path(__file__).resolve().parents[2] / "benchmarks"  # clusters and workloads written for the benchmarks
 
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     n = len(rows)
     lines = [
         "# Planner search quality on clusters outside the planner bench",
-        "",
+        "", provenance.line(), "",
         f"Regenerate with `python -m mosearch.bench.unseen_planners --seeds {args.seeds} --evals {args.evals} "
         f"--out {args.out}` ({time.perf_counter() - t0:.0f} s; one process, `OMP_NUM_THREADS=1`, "
         f"{platform.machine()}, Python {platform.python_version()}).",

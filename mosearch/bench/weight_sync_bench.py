@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import psutil  # a dependency of vLLM
+from mosearch.bench import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -177,7 +178,7 @@ def main() -> int:
     rows = [combine(rs) for rs in runs.values()]
     load1 = os.getloadavg()[0]
     ray.shutdown()
-    lines = ["# Weight sync: broadcast vs object store, measured vs the model", "",
+    lines = ["# Weight sync: broadcast vs object store, measured vs the model", "", provenance.line(), "",
              f"`python -m mosearch.bench.weight_sync_bench --syncs {args.syncs} --bucket-mb {args.bucket_mb:g} --repeats "
              f"{args.repeats}`: one training rank and one or two vLLM engines (CPU, fp32) on local Ray, route direct; "
              f"median of {args.syncs} syncs per path, then the median over {args.repeats} repeats, each with fresh "

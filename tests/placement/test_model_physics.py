@@ -1,4 +1,4 @@
-"""The physics of issue 28: response lengths, the rollout drain, ZeRO-3 traffic per micro-batch, memory
+"""The model's physics: response lengths, the rollout drain, ZeRO-3 traffic per micro-batch, memory
 allocated vs reserved, GPU generations, any gpus_per_node, and the one weight-sync function."""
 
 from __future__ import annotations
