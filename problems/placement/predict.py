@@ -58,6 +58,8 @@ class TrainingJob(Spec):
     dp: int = Field(default=1, gt=0)
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0, description="expert-parallel size of a mixture of experts (model/moe.py): "
+                                                 "divides dp*tp and the routed experts")
     stage_layers: list[int] | None = Field(default=None, description="layers per pipeline stage (default even)")
     gpu: str = "H100"
     stage_gpus: list[str] | None = Field(default=None, description="GPU type per pipeline stage (default `gpu`)")
@@ -120,6 +122,9 @@ class TrainingJob(Spec):
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"global_batch {self.global_batch} is not a multiple of dp x micro_batch = "
                              f"{self.dp * self.micro_batch}")
+        if (self.dp * self.tp) % self.ep:
+            raise ValueError(f"ep {self.ep} must divide dp*tp = {self.dp * self.tp} (expert-parallel groups are "
+                             "carved from one stage's data- and tensor-parallel ranks)")
         if self.gpus_per_node % self.tp:
             raise ValueError(f"tp {self.tp} does not tile a node of {self.gpus_per_node} GPUs (TP stays inside a node: "
                              "a divisor of gpus_per_node)")
@@ -149,6 +154,9 @@ def _job_context(job: TrainingJob, where: str | None):
     if arch.max_context is not None and job.seq_len > arch.max_context:
         raise InputError(where, "seq_len", f"{job.seq_len} tokens, beyond the {arch.max_context} of {arch.name}'s "
                          "context (max_position_embeddings)", f"at most {arch.max_context}")
+    if job.ep > 1 and (not arch.is_moe or arch.experts % job.ep):
+        raise InputError(where, "ep", f"{job.ep} for {arch.name}" + (f"'s {arch.experts} routed experts"
+                         if arch.is_moe else ", a dense model"), "a divisor of the routed experts (1 for a dense model)")
     if job.pp > arch.layers:
         raise InputError(where, "pp", f"{job.pp} pipeline stages for the {arch.layers} layers of {arch.name}",
                          "at most one stage per layer")
@@ -234,7 +242,7 @@ def _job_context(job: TrainingJob, where: str | None):
     # (even stages) is the planner's own layout, replicas in pools
     staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)
     one = lambda v, dtype=np.int64: np.array([v], dtype=dtype)  # noqa: E731
-    f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp),
+    f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp), "ep": one(job.ep),
          "train_gpus": np.array([[p.count for p in pools]], dtype=np.int64),
          "shared_gpus": np.zeros((1, len(pools)), dtype=np.int64),
          "recompute": one(int(job.recompute is True)), "sharding": one(SHARDINGS.index(job.sharding)),
@@ -299,11 +307,12 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
     model_flops = float(tr["train_flops"][0] - tr["selective_recompute_flops"][0]) / (1.0 + full / 3.0)
     peak = np.average([p.gpu.peak(job.precision) for p in cluster.pools], weights=[p.count for p in cluster.pools])
     parts = {k: float(tr[k][0]) for k in ("train_compute_s", "pipeline_bubble_s", "tp_comm_s", "pp_comm_s",
-                                          "dp_sync_s", "optimizer_s")}
+                                          *(("ep_comm_s",) if ctx.moe else ()), "dp_sync_s", "optimizer_s")}
     stages = [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None else _even_layers(ctx.layers, job.pp))]
     return {
         "job": job.name, "model": _arch(job, where).name, "gpus": gpus,
-        "layout": {"dp": job.dp, "tp": job.tp, "pp": job.pp, "micro_batch": job.micro_batch,
+        "layout": {"dp": job.dp, "tp": job.tp, "pp": job.pp, **({"ep": job.ep} if job.ep > 1 else {}),
+                   "micro_batch": job.micro_batch,
                    "micro_batches_per_rank": int(tr["micro_batches"][0].max()),
                    "stage_layers": stages,
                    "stage_gpus": job.stage_gpus or ([] if job.replica_gpus else [job.gpu] * job.pp),
