@@ -60,6 +60,9 @@ class TrainingJob(Spec):
     pp: int = Field(default=1, gt=0)
     ep: int = Field(default=1, gt=0, description="expert-parallel size of a mixture of experts (model/moe.py): "
                                                  "divides dp*tp and the routed experts")
+    moe_imbalance: float | None = Field(default=None, ge=1.0, description=(
+        "a mixture of experts' busiest EP rank's routed tokens over the mean (default model/moe.py MOE_IMBALANCE; "
+        "1 for a run that force-balances the routing)"))
     stage_layers: list[int] | None = Field(default=None, description="layers per pipeline stage (default even)")
     gpu: str = "H100"
     stage_gpus: list[str] | None = Field(default=None, description="GPU type per pipeline stage (default `gpu`)")
@@ -238,6 +241,8 @@ def _job_context(job: TrainingJob, where: str | None):
     ctx.selective_op = job.recompute == "selective_op"
     ctx.sequence_parallel = job.sequence_parallel
     ctx.reshard_after_forward = job.reshard_after_forward
+    if job.moe_imbalance is not None:
+        ctx.moe_imbalance = job.moe_imbalance
     # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
     # (even stages) is the planner's own layout, replicas in pools
     staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)

@@ -72,9 +72,9 @@ def dense_stage_params(ctx: ModelContext, stage_params, pp):
 def a2a_s(ctx: ModelContext, tokens, ep, bw, remote_share, lat) -> np.ndarray:
     """One all-to-all (dispatch or combine) of a MoE layer on one GPU: each of its `tokens` goes to
     experts_per_token experts, hidden * bpe bytes each, of which (ep - 1) / ep leave the GPU (uniform
-    routing), times the router's imbalance for the busiest rank; `remote_share` of them cross the
+    routing), times the router's imbalance for the busiest rank (`imbalance`); `remote_share` of them cross the
     slower link `bw`. Plus one collective latency."""
-    sent = tokens * ctx.experts_per_token * ctx.hidden * ctx.bpe * MOE_IMBALANCE
+    sent = tokens * ctx.experts_per_token * ctx.hidden * ctx.bpe * imbalance(ctx)
     ep = np.asarray(ep, dtype=float)
     return np.where(ep > 1, sent * (ep - 1.0) / ep / bw + lat, 0.0)
 
@@ -110,8 +110,14 @@ def train_layer_extra_s(ctx: ModelContext, f: dict, tok, mb_eff, n_fwd, n_bwd, r
     a2a = share * n_a2a * leg * (1.0 - A2A_OVERLAP)
     # routed-expert matmul seconds per layer and micro-batch (forward passes and backwards, 2 each), over TP
     expert_f = 2.0 * ctx.routed_active_per_moe_layer * tok * (n_fwd + 2.0 * n_bwd)
-    imbalance = share * mb_eff * (MOE_IMBALANCE - 1.0) * expert_f[:, None] / rate
-    return a2a + imbalance, a2a
+    busiest = share * mb_eff * (imbalance(ctx) - 1.0) * expert_f[:, None] / rate
+    return a2a + busiest, a2a
+
+
+def imbalance(ctx: ModelContext) -> float:
+    """The busiest EP rank's routed tokens over the mean: the context's (a force-balanced benchmark sets 1), else
+    MOE_IMBALANCE."""
+    return ctx.moe_imbalance or MOE_IMBALANCE
 
 
 def pany_rows(mask) -> np.ndarray:

@@ -224,6 +224,9 @@ class ModelContext:
     kv_tp_split: bool = True
     # layers whose attention spans the whole context (sliding-window layers attend to their window); 0: all
     attn_layers: int = 0
+    # the busiest EP rank's share of routed tokens over the mean (model/moe.py MOE_IMBALANCE when 0); 1 for runs
+    # that force-balance the routing (benchmarks)
+    moe_imbalance: float = 0.0
 
     @property
     def compute_params_per_layer(self) -> float:
