@@ -33,6 +33,8 @@ Where each rule comes from (read in the executors' code, see docs/export.md):
   workers have no EP), AReaL 1.0.4's allocation mode (`areal/api/alloc_mode.py`: ModelAllocation refuses
   expert_parallel_size > 1 on the fsdp backend; megatron's `(attn:...|ffn:e<ep>)` needs world size divisible
   by pp x expert TP x ep), RLinf's Megatron `expert_model_parallel_size`. EP divides dp*tp (the plan schema).
+  AReaL 1.0.4's allocation grammar takes that hybrid `(attn|ffn)` form only unnamed ("megatron[actor]:(attn:..."
+  is a parsing error), and its colocation and per-role allocations name the actor: AReaL fronts keep EP 1.
 - All three: one rollout TP for all engines, no key for streamed chunks or staged weight sync, Megatron's
   pipeline stages of equal layer counts (num_layers divisible by PP).
 """
@@ -74,6 +76,7 @@ class Executor:
     # its FSDP trainer runs Hugging Face's eager modules whatever the workload says (no kernel switch):
     # the front is scored so (`scored_workload`)
     eager_modules: bool = False
+    expert_parallel: bool = True  # a key for a mixture of experts' EP (train.ep > 1)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -92,7 +95,7 @@ EXECUTORS: dict[str, Executor] = {
         "areal", "AReaL 1.0.4", megatron_on=("pp", "ep"), fsdp_shardings=("zero3", "fsdp"), megatron_shardings=("zero1",),
         fsdp_offload=False, megatron_offload=False, one_rollout_tp=True, streams_chunks=False, staged_sync=False,
         equal_stages=True, whole_nodes=True, nodes="logical", batch="areal", colocated_rollout_tp1=True,
-        eager_modules=True),
+        eager_modules=True, expert_parallel=False),
     "rlinf": Executor(
         "rlinf", "RLinf 0.3.0 (reasoning runner)", modes=("colocated",), megatron_on=("tp", "pp", "critic", "ep"),
         fsdp_shardings=("none", "zero2", "zero3", "fsdp"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
@@ -194,6 +197,8 @@ def post_repair(ex: Executor, L, X: np.ndarray, rc: RuleContext) -> np.ndarray:
         X[:, g("log2_pipeline_chunks")] = 0
     if not ex.staged_sync:
         X[:, g("sync_route")] = 0
+    if L.moe and not ex.expert_parallel:
+        X[:, g("train_ep_idx")] = 0
     # Megatron's pipeline stages hold equal layer counts
     if ex.equal_stages:
         pp_i = X[:, g("train_pp_idx")].astype(np.int64)
@@ -357,6 +362,8 @@ def violations(ex: Executor, L, f: dict, rc: RuleContext) -> dict[str, np.ndarra
     dp = train // np.maximum(tp * pp, 1)
     if f.get("ep") is not None:  # Megatron-core: expert-parallel groups tile one stage's dp x tp ranks
         out["ep"] = (dp * tp) % np.maximum(f["ep"], 1) != 0
+        if not ex.expert_parallel:
+            out["no_ep"] = f["ep"] > 1
     if ex.batch == "verl":
         unit = np.where(mg, dp * f["micro_batch"], train)
         out["batch"] = rc.samples % np.maximum(unit, 1) != 0
@@ -429,6 +436,7 @@ RULE_TEXT = {
     "batch_share": "a micro-batch no larger than a data-parallel rank's share of the step (mb_spec packs a rank's share)",
     "nodes": "{nodes}",
     "ep": "an expert-parallel size dividing DP x TP (Megatron-core's expert groups tile a stage's ranks)",
+    "no_ep": "expert parallel size 1 (its allocation string has no named expert-parallel form)",
 }
 NODE_TEXT = {
     "uniform": "each role as nnodes x n_gpus_per_node: the same GPU count on every node of a role, whole engines and TP groups per node",

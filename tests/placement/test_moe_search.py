@@ -72,7 +72,7 @@ def test_ep_changes_the_scored_memory(moe):
     assert np.any(r2["model_states_gb"][has_ep] < 0.9 * r1["model_states_gb"][has_ep])
 
 
-@pytest.mark.parametrize("executor", ["verl", "areal", "rlinf"])
+@pytest.mark.parametrize("executor", ["verl", "rlinf"])
 def test_an_executor_trains_ep_on_its_megatron_backend(executor):
     p = problem("mixed-64", "qwen3-30b-a3b-grpo", executor=executor)
     X = _population(p, 2000, seed=7)
@@ -96,3 +96,16 @@ def test_ep_not_dividing_dp_tp_is_a_violation():
     bad = (train // (f["tp"] * f["pp"]) * f["tp"]) % 64 != 0
     assert bad.any()
     assert np.array_equal(violations(get("verl"), p.layout, f, p.layout.rule_ctx)["ep"], bad)
+
+
+def test_areal_fronts_keep_ep_1():
+    """AReaL 1.0.4's allocation grammar has no named expert-parallel (attn|ffn) form."""
+    from areal.api.alloc_mode import ModelAllocation
+
+    with pytest.raises(Exception):
+        ModelAllocation.from_str("megatron[actor]:(attn:d4p2t2|ffn:d2p2e4)")
+    p = problem("mixed-64", "qwen3-30b-a3b-grpo", executor="areal")
+    f = p.layout.fields(_population(p, 500, seed=11))
+    assert np.all(f["ep"] == 1)
+    f["ep"] = np.full_like(f["ep"], 2)
+    assert violations(get("areal"), p.layout, f, p.layout.rule_ctx)["no_ep"].all()
