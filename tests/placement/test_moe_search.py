@@ -109,3 +109,14 @@ def test_areal_fronts_keep_ep_1():
     assert np.all(f["ep"] == 1)
     f["ep"] = np.full_like(f["ep"], 2)
     assert violations(get("areal"), p.layout, f, p.layout.rule_ctx)["no_ep"].all()
+
+
+def test_the_front_table_shows_ep(moe):
+    from mosearch.report.terminal import layout_summary
+
+    X = _population(moe, 200, seed=3)
+    f = moe.layout.fields(X)
+    plan = moe.decode(X[int(np.argmax(f["ep"]))], lifetime=False)
+    assert f" EP{plan.train.ep} " in layout_summary(plan)
+    dense = moe.decode(X[int(np.argmin(f["ep"]))], lifetime=False)
+    assert dense.train.ep == 1 and "EP" not in layout_summary(dense)
