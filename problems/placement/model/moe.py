@@ -132,7 +132,8 @@ def expected_distinct_experts(ctx: ModelContext, tokens) -> np.ndarray:
     sequences read 98% of the experts)."""
     E, k = float(ctx.experts), float(ctx.experts_per_token)
     t = np.maximum(np.asarray(tokens, dtype=float), 0.0)
-    return E * (1.0 - np.power(1.0 - k / E, t))
+    # E (1 - (1 - k/E)^t) as -E expm1(t log(1 - k/E)): one exp per element where power takes a log and an exp
+    return -E * np.expm1(t * np.log1p(-k / E)) if k < E else np.where(t > 0, E, 0.0)
 
 
 def decode_weight_s(ctx: ModelContext, unit, tokens) -> np.ndarray:
