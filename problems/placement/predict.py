@@ -376,6 +376,18 @@ def prior_notes(cluster: Cluster) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def moe_notes(ctx) -> list[str]:
+    """What a mixture of experts' figures assume (model/moe.py), one line; none for a dense model."""
+    if not ctx.moe:
+        return []
+    from problems.placement.model.moe import A2A_OVERLAP, imbalance
+
+    return [f"mixture of experts: compute on the active parameters; experts whole on their EP rank (expert TP 1, "
+            f"TP-sharded at EP 1); dispatch/combine all-to-alls {A2A_OVERLAP:.0%} overlapped; the busiest rank "
+            f"{imbalance(ctx):g} x the mean tokens; grouped-GEMM experts at the dense mfu; decode reads the experts "
+            "its batch routes to (uniform routing)"]
+
+
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_sharded: bool) -> list[str]:
     from problems.placement.model.memory import eager_layers
     from problems.placement.model.training import ADAMW_FOREACH_BYTES, GRAD_CLIP_BYTES
@@ -413,6 +425,7 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_s
            *([f"eager layers wait on the host that launches their kernels: at least {host_f * 1e3:.1f} ms per layer "
               f"and forward, {host_b * 1e3:.1f} ms per backward (measured on an H200 machine's host)"]
              if eager_layers(ctx) and host_f > 0 else []),
+           *moe_notes(ctx),
            *prior_notes(cluster)]
     for i, p in enumerate(cluster.pools):
         e = {k: float(v[i]) for k, v in ctx.eff.items()}
@@ -489,7 +502,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     # the model's arrays follow the problem's pools (those that run the workload's precision)
     out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(prob.cluster.pools)
                                          if q.id in train), default=0.0))
-    out["assumptions"] = (prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster)
+    out["assumptions"] = (prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster) + moe_notes(prob.ctx)
                           + ([executor_note] if executor_note else []))
     return out
 

@@ -104,3 +104,11 @@ def test_mla_caches_its_latent_on_every_tp_rank():
     dense = _ctx("qwen2.5-7b")
     assert np.ravel(EngineCosts(dense, np.array([8.0])).kv_read)[0] == pytest.approx(
         np.ravel(EngineCosts(dense, np.array([1.0])).kv_read)[0] / 8)
+
+
+def test_predict_says_what_a_moe_figure_assumes():
+    moe = job(ep=8)["assumptions"]
+    assert any(a.startswith("mixture of experts:") and "1.2 x the mean" in a for a in moe)
+    assert any("1 x the mean" in a for a in job(ep=8, moe_imbalance=1.0)["assumptions"])
+    dense = predict_training(TrainingJob(model="qwen2.5-7b", seq_len=4096, global_batch=64, micro_batch=1, dp=8))
+    assert not any(a.startswith("mixture of experts") for a in dense["assumptions"])
