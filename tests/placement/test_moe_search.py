@@ -120,3 +120,28 @@ def test_the_front_table_shows_ep(moe):
     assert f" EP{plan.train.ep} " in layout_summary(plan)
     dense = moe.decode(X[int(np.argmin(f["ep"]))], lifetime=False)
     assert dense.train.ep == 1 and "EP" not in layout_summary(dense)
+
+
+def test_an_ep_group_across_regions_pays_the_region_link(moe):
+    """EP 16 over two pools of 8: inside eu-west (A100 + L40S) the remote part crosses the node NIC; over
+    us-east and eu-west (H100 + A100) it crosses the 12.5 GB/s region link as well, and takes longer."""
+    L = moe.layout
+    P = L.n_pools
+    ids = [p.id for p in moe.cluster.pools]
+
+    def plan(train_on):
+        x = np.zeros(moe.n_var)
+        x[L.g("mode")] = 1  # disaggregated
+        x[ids.index("L40S@eu-west")] = 16  # rollout GPUs
+        for pid in train_on:
+            x[P + ids.index(pid)] = 8
+        x[L.g("train_ep_idx")] = list(L.ep_options).index(16)
+        x[L.g("kv_mem_frac")] = 0.9
+        x = L.repair(x)
+        f = L.fields(x)
+        assert int(f["ep"][0]) == 16 and int((f["train_gpus"]).sum()) == 16
+        return float(moe.evaluate_matrix(x)["ep_comm_s"][0])
+
+    one_region = plan(["A100-80G@eu-west", "L40S@eu-west"])
+    two_regions = plan(["H100@us-east", "A100-80G@eu-west"])
+    assert two_regions > 1.5 * one_region > 0
