@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model.params import ModelContext
+from problems.placement.model.reduce import pany
 
 # Router load imbalance: the most loaded EP rank processes this many times the mean tokens in the experts,
 # and receives as many in the dispatch; the step waits for it. Wang et al. 2024 ("Auxiliary-Loss-Free Load
@@ -69,14 +70,13 @@ def dense_stage_params(ctx: ModelContext, stage_params, pp):
     return stage_params - moe_layers * ctx.expert_params / max(ctx.moe_layers, 1)
 
 
-def a2a_s(ctx: ModelContext, tokens, ep, bw, remote_share, lat) -> np.ndarray:
-    """One all-to-all (dispatch or combine) of a MoE layer on one GPU: each of its `tokens` goes to
-    experts_per_token experts, hidden * bpe bytes each, of which (ep - 1) / ep leave the GPU (uniform
-    routing), times the router's imbalance for the busiest rank (`imbalance`); `remote_share` of them cross the
-    slower link `bw`. Plus one collective latency."""
+def a2a_s(ctx: ModelContext, tokens, ep, bw) -> np.ndarray:
+    """Seconds of one all-to-all (dispatch or combine) of a MoE layer on one GPU if all it sends crossed `bw`:
+    each of its `tokens` goes to experts_per_token experts, hidden * bpe bytes each, of which (ep - 1) / ep
+    leave the GPU (uniform routing), times the router's imbalance for the busiest rank (`imbalance`)."""
     sent = tokens * ctx.experts_per_token * ctx.hidden * ctx.bpe * imbalance(ctx)
     ep = np.asarray(ep, dtype=float)
-    return np.where(ep > 1, sent * (ep - 1.0) / ep / bw + lat, 0.0)
+    return np.where(ep > 1, sent * (ep - 1.0) / ep / bw, 0.0)
 
 
 def train_layer_extra_s(ctx: ModelContext, f: dict, tok, mb_eff, n_fwd, n_bwd, rate, lat, used, cross_bw, regions):
@@ -100,12 +100,13 @@ def train_layer_extra_s(ctx: ModelContext, f: dict, tok, mb_eff, n_fwd, n_bwd, r
     # an EP group wider than a pool's training GPUs of one stage spans pools: across regions when the plan
     # trains in several (the slowest region link, shared by a node's GPUs)
     stage_gpus = (f["train_gpus"] + f["shared_gpus"]) / f["pp"][:, None]
-    spans_pools = pany_rows(used & (ep_c > stage_gpus))
+    spans_pools = pany(used & (ep_c > stage_gpus))
     far = np.where((regions > 1) & spans_pools, cross_bw / np.maximum(ctx.gpn.min(), 1), np.inf)[:, None]
     remote_bw = np.minimum(nic[None, :], far)
-    one = lambda b, share_remote: a2a_s(ctx, tokens, ep_c, b, 1.0, 0.0) * share_remote  # noqa: E731
-    local = one(ctx.intra[None, :], 1.0 - remote)
-    leg = np.maximum(local, one(remote_bw, remote)) + np.where(ep_c > 1, lat, 0.0)
+    # the traffic inside the node over NVLink and the rest over the slower link at once: the longer leg, plus
+    # one collective latency
+    local = a2a_s(ctx, tokens, ep_c, ctx.intra[None, :]) * (1.0 - remote)
+    leg = np.maximum(local, a2a_s(ctx, tokens, ep_c, remote_bw) * remote) + np.where(ep_c > 1, lat, 0.0)
     n_a2a = 2.0 * (n_fwd + n_bwd)[:, None]
     a2a = share * n_a2a * leg * (1.0 - A2A_OVERLAP)
     # routed-expert matmul seconds per layer and micro-batch (forward passes and backwards, 2 each), over TP
@@ -118,10 +119,6 @@ def imbalance(ctx: ModelContext) -> float:
     """The busiest EP rank's routed tokens over the mean: the context's (a force-balanced benchmark sets 1), else
     MOE_IMBALANCE."""
     return ctx.moe_imbalance or MOE_IMBALANCE
-
-
-def pany_rows(mask) -> np.ndarray:
-    return np.any(mask, axis=1)
 
 
 def expected_distinct_experts(ctx: ModelContext, tokens) -> np.ndarray:
