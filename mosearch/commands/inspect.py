@@ -74,9 +74,31 @@ def workload_table(workload: Workload) -> Table:
         ("extra models", ", ".join(n for n, on in (("critic", workload.has_critic), ("reference", workload.has_reference)) if on) or "none"),
         ("max staleness allowed", str(workload.max_staleness)),
     ]
+    rows[2:2] = moe_rows(m)
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def moe_rows(m) -> list[tuple[str, str]]:
+    """A mixture of experts' counts (none for a dense model): active parameters as the model cards count them
+    (every weight a token's forward uses, both embeddings: Qwen3's, DeepSeek-V3's) and without the input
+    embedding (a lookup, not a matmul: gpt-oss's card), the experts, MLA's cache and the sliding layers."""
+    rows = []
+    if m.is_moe:
+        no_embed = m.active_params - m.vocab * m.hidden
+        rows += [("active parameters per token", f"{m.active_params / 1e9:,.3f} B ({no_embed / 1e9:,.3f} B without "
+                                                 "the input embedding)"),
+                 ("routed experts (per token) / shared",
+                  f"{m.experts} ({m.experts_per_token}) / {m.shared_experts} in {m.moe_layers} MoE layers"
+                  + (f", {m.dense_layers} dense" if m.dense_layers else "")),
+                 ("routed expert parameters (split by expert parallelism)", f"{m.routed_expert_params / 1e9:,.3f} B")]
+    if m.kv_lora_rank:
+        rows.append(("attention", f"MLA: latent KV cache of {m.kv_lora_rank} + {m.qk_rope_head_dim} values per "
+                                  "token and layer"))
+    if m.sliding_layers:
+        rows.append(("sliding-window layers", f"{m.sliding_layers} of {m.layers} (window {m.sliding_window} tokens)"))
+    return rows
 
 
 def training_state_gb(workload: Workload) -> float:

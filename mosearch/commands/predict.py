@@ -18,7 +18,7 @@ from problems.errors import InputError
 from problems.placement.names import PRECISIONS, RECOMPUTE, SHARDINGS
 
 JOB_FLAGS = ("model", "precision", "attention", "seq_len", "global_batch", "micro_batch", "dp", "tp", "pp",
-             "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave")
+             "gpu", "gpus_per_node", "inter_node_gbs", "sharding", "interleave", "ep")
 EXIT_DOES_NOT_FIT = 3
 JOB_ONLY = (*JOB_FLAGS, "stage_layers", "stage_gpus", "replica_gpus", "replica_stage_gpus", "recompute",
             "sequence_parallel", "no_reshard_after_forward")
@@ -48,6 +48,8 @@ def add_parser(subparsers) -> None:
     g.add_argument("--dp", type=int)
     g.add_argument("--tp", type=int)
     g.add_argument("--pp", type=int)
+    g.add_argument("--ep", type=int, help="expert-parallel size of a mixture of experts (divides dp*tp and the "
+                                          "routed experts; default 1)")
     g.add_argument("--stage-layers", help="layers per pipeline stage, comma separated (default even)")
     g.add_argument("--gpu", help="GPU type (catalog name)")
     g.add_argument("--stage-gpus", help="GPU type per pipeline stage, comma separated")
@@ -164,7 +166,7 @@ def format_job(p: dict) -> str:
              f"  model TFLOP/s    {p['model_tflops_per_gpu']:.4g} per GPU (MFU {p['mfu']:.1%})",
              "  breakdown (s):"]
     names = {"train_compute_s": "compute (pipeline, incl. the rows below)", "pipeline_bubble_s": "  pipeline bubble",
-             "tp_comm_s": "  TP all-reduces", "pp_comm_s": "  PP transfers", "dp_sync_s": "DP gradient sync",
+             "tp_comm_s": "  TP all-reduces", "pp_comm_s": "  PP transfers", "ep_comm_s": "  EP all-to-alls", "dp_sync_s": "DP gradient sync",
              "optimizer_s": "optimizer step"}
     lines += [f"    {names[k]:<42}{v:>10.4g}" for k, v in p["breakdown"].items()]
     m = p["memory_gb"]
@@ -178,7 +180,7 @@ def format_job(p: dict) -> str:
 
 
 PLAN_KEYS = ("step_s", "throughput_samples_s", "throughput_tokens_s", "rollout_s", "train_s", "train_compute_s",
-             "pipeline_bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "optimizer_s", "sync_s", "switch_s",
+             "pipeline_bubble_s", "tp_comm_s", "pp_comm_s", "ep_comm_s", "dp_sync_s", "optimizer_s", "sync_s", "switch_s",
              "decode_tokens_s", "peak_mem_gb_train", "train_allocated_gb", "train_reserved_gb", "peak_mem_gb_rollout",
              "model_states_gb", "cost_usd_h", "staleness")
 

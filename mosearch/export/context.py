@@ -29,6 +29,7 @@ class ExportContext:
     reference: bool = False  # a frozen reference model for a KL term (PPO always; GRPO when the workload asks)
     elementwise_kernels: str | None = None  # the workload's (names.ELEMENTWISE_KERNELS); None: no switch emitted
     model_dir: str | None = None  # the model's local Hugging Face directory, when the workload named one
+    experts: int = 0  # routed experts of a mixture of experts (0: a dense model)
 
     @classmethod
     def from_specs(cls, cluster=None, workload=None) -> "ExportContext":
@@ -44,7 +45,7 @@ class ExportContext:
             fields.update(model=w.model.name, algorithm=w.algorithm, prompts_per_step=w.prompts_per_step,
                           samples_per_prompt=w.samples_per_prompt, prompt_len=w.prompt_len,
                           response_max=w.response_max, reference=w.has_reference, precision=w.precision,
-                          elementwise_kernels=w.elementwise_kernels, model_dir=w.model_dir)
+                          elementwise_kernels=w.elementwise_kernels, model_dir=w.model_dir, experts=w.model.experts)
         return cls(**fields)
 
     def node_size(self, pool: str, at_least: int = 1) -> int:

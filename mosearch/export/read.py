@@ -67,6 +67,7 @@ class Shape:
     settings: tuple[Setting, ...] = ()  # what the config says of the workload (batch, lengths, algorithm...)
     updates: int = 1  # optimizer steps per step
     keys: dict[str, str] = field(default_factory=dict)  # the config key of a plan field: rollout_tp, tp
+    ep: int = 1  # a mixture of experts' expert-parallel size (Megatron's expert_model_parallel_size)
 
     @property
     def train_gpus(self) -> int:
@@ -129,7 +130,7 @@ def _interp(cfg: dict, value):
 # --------------------------------------------------------------------------------------------- verl
 
 def _refuse(file: str, key: str, what: str) -> InputError:
-    return InputError(file, key, what, "a dense model's full-parameter GRPO/PPO on GPUs: the plans' space")
+    return InputError(file, key, what, "a full-parameter GRPO/PPO on GPUs: the plans' space")
 
 
 def read_verl(cfg: dict, file: str) -> Shape:
@@ -138,14 +139,12 @@ def read_verl(cfg: dict, file: str) -> Shape:
     arr = _get(cfg, "actor_rollout_ref", {})
     warn: list[str] = []
     hydra = cfg.get("_hydra") or {}
-    # what verl cannot be planned as: LoRA adapters, experts, Ascend NPUs
+    # what verl cannot be planned as: LoRA adapters, Ascend NPUs (experts are: expert_model_parallel_size)
     lora = _get(cfg, "actor_rollout_ref.model.lora_rank", 0) or _get(cfg, "actor_rollout_ref.model.lora.rank", 0)
     if isinstance(lora, int) and lora > 0:
         raise _refuse(file, "actor_rollout_ref.model.lora_rank", f"LoRA (rank {lora}) trains adapters, not the model")
     if str(_get(cfg, "trainer.device", "cuda")).lower() == "npu":
         raise _refuse(file, "trainer.device", "runs on Ascend NPUs")
-    if (_get(cfg, "actor_rollout_ref.actor.megatron.expert_model_parallel_size", 1) or 1) > 1:
-        raise _refuse(file, "actor_rollout_ref.actor.megatron.expert_model_parallel_size", "a mixture-of-experts model")
     if _get(cfg, "reward.reward_model.enable", False):
         warn.append("reward.reward_model.enable: the reward model's GPUs and time are not in the plan (rule-based "
                     "rewards are); scored without it.")
@@ -191,6 +190,7 @@ def read_verl(cfg: dict, file: str) -> Shape:
         if cp > 1:
             raise InputError(file, "actor_rollout_ref.actor.megatron.context_parallel_size", f"context parallel {cp}",
                              "1: a plan splits data, tensors and pipeline stages, not sequences")
+        ep = _int(cfg, "actor_rollout_ref.actor.megatron.expert_model_parallel_size", 1, file)
         sharding = "zero1" if _get(actor, "megatron.use_distributed_optimizer", True) else "none"
         recompute = _get(actor, "megatron.override_transformer_config.recompute_granularity") == "full"
         offload = bool(_get(actor, "optim.override_optimizer_config.optimizer_cpu_offload", False))
@@ -200,7 +200,7 @@ def read_verl(cfg: dict, file: str) -> Shape:
                                                  False)))
         warn += [odd] if odd else []
     elif strategy in ("fsdp", "fsdp2"):
-        tp = pp = 1
+        tp = pp = ep = 1
         fsdp = _get(actor, "fsdp_config", {})
         if _get(fsdp, "fsdp_size", -1) == 1:
             sharding = "none"
@@ -218,6 +218,9 @@ def read_verl(cfg: dict, file: str) -> Shape:
     if train % (tp * pp):
         raise InputError(file, "trainer.n_gpus_per_node", f"{train} trainer GPUs are not a multiple of TP x PP "
                          f"= {tp * pp}", "nnodes x n_gpus_per_node divisible by TP x PP")
+    if (train // pp) % ep:  # Megatron-core's expert groups tile one stage's ranks
+        raise InputError(file, "actor_rollout_ref.actor.megatron.expert_model_parallel_size", f"EP {ep} does not "
+                         f"divide the {train // pp} ranks of a pipeline stage", "a divisor of DP x TP")
     if _get(actor, "use_dynamic_bsz", False):
         # dynamic batch size packs sequences up to ppo_max_token_len_per_gpu tokens per micro-batch
         longest = _int(cfg, "data.max_prompt_length", 512, file) + _int(cfg, "data.max_response_length", 512, file)
@@ -262,7 +265,7 @@ def read_verl(cfg: dict, file: str) -> Shape:
                  sharding=sharding, micro_batch=micro, recompute=recompute, optimizer_offload=offload,
                  kv_mem_frac=_frac(cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5, file),
                  max_num_seqs=_int(cfg, "actor_rollout_ref.rollout.max_num_seqs", 256, file),
-                 warnings=tuple(warn), elementwise_kernels=kernels, settings=tuple(settings), updates=updates,
+                 warnings=tuple(warn), elementwise_kernels=kernels, settings=tuple(settings), updates=updates, ep=ep,
                  keys={"rollout_tp": "actor_rollout_ref.rollout.tensor_model_parallel_size",
                        "tp": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"},
                  node_gpus=("trainer.n_gpus_per_node", t_gpn) if _get(cfg, "trainer.n_gpus_per_node") is not None
@@ -466,7 +469,7 @@ def place(shape: Shape, cluster, cluster_ref: SpecRef, workload_ref: SpecRef, pl
         "rollout": {"kv_mem_frac": shape.kv_mem_frac, "max_num_seqs": shape.max_num_seqs},
         "train": {"dp": shape.dp, "tp": shape.tp, "pp": shape.pp, "sharding": shape.sharding,
                   "micro_batch": shape.micro_batch, "recompute": shape.recompute,
-                  "optimizer_offload": shape.optimizer_offload},
+                  "optimizer_offload": shape.optimizer_offload, "ep": shape.ep},
         "execution": {"mode": shape.mode, "staleness_bound": shape.staleness, "pipeline_chunks": 1},
         "weight_sync": {"route": "direct"},
     }

@@ -21,8 +21,8 @@ _DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 trains with bf16
 
 
 def megatron(plan: Plan, ctx: ExportContext) -> bool:
-    """RLinf trains with Megatron for TP/PP, and for PPO (its critic workers are Megatron only)."""
-    return plan.train.tp > 1 or plan.train.pp > 1 or ctx.algorithm == "ppo"
+    """RLinf trains with Megatron for TP/PP/EP, and for PPO (its critic workers are Megatron only)."""
+    return plan.train.tp > 1 or plan.train.pp > 1 or plan.train.ep > 1 or ctx.algorithm == "ppo"
 
 
 def _placement(plan: Plan, nodes: list[L.Node], ctx: ExportContext) -> dict:
@@ -52,6 +52,8 @@ def _model(plan: Plan, ctx: ExportContext) -> dict:
             "model": {
                 "tensor_model_parallel_size": t.tp,
                 "pipeline_model_parallel_size": t.pp,
+                # a mixture of experts' EP, experts whole on their rank (rlinf/config.py validate_megatron_cfg)
+                **({"expert_model_parallel_size": t.ep, "expert_tensor_parallel_size": 1} if t.ep > 1 else {}),
                 "recompute_granularity": "full" if t.recompute else None,
                 "recompute_method": "block" if t.recompute else None,
                 # build_transformer_config defaults: rope fusion off, activation fusion on

@@ -16,8 +16,9 @@ from mosearch.export.context import ExportContext
 
 
 def megatron(plan: Plan) -> bool:
-    """verl's FSDP workers have no tensor/pipeline split: train TP or PP needs Megatron."""
-    return plan.train.tp > 1 or plan.train.pp > 1
+    """verl's FSDP workers have no tensor/pipeline split and no expert parallelism: train TP, PP or EP needs
+    Megatron."""
+    return plan.train.tp > 1 or plan.train.pp > 1 or plan.train.ep > 1
 
 
 def config_name(plan: Plan) -> str:
@@ -41,6 +42,9 @@ def _engine(plan: Plan, ctx: ExportContext) -> tuple[dict, dict]:
         block = {
             "tensor_model_parallel_size": t.tp,
             "pipeline_model_parallel_size": t.pp,
+            # a mixture of experts' EP (McoreEngineConfig); experts whole on their EP rank (expert TP 1), as the
+            # model counts them (problems/placement/model/moe.py)
+            **({"expert_model_parallel_size": t.ep, "expert_tensor_parallel_size": 1} if t.ep > 1 else {}),
             # ZeRO-1 style optimizer sharding is Megatron's distributed optimizer
             "use_distributed_optimizer": t.sharding != "none",
             # verl's param/optimizer_offload move states out between phases only; the plan's optimizer
@@ -130,6 +134,9 @@ def _rollout_block(plan: Plan, ctx: ExportContext, nodes: list[L.Node]) -> dict:
     }
     if ctx.samples_per_prompt is not None:
         r["n"] = ctx.samples_per_prompt
+    if ctx.experts and tp > 1:  # a mixture of experts: vLLM's enable_expert_parallel over the engine's GPUs
+        # (verl's rollout config: expert_parallel_size = TP x DP, DP 1 here)
+        r["expert_parallel_size"] = tp
     if not colocated:
         r.update(_nodes_of(L.per_node(nodes, L.ROLLOUT)))
         # separate_async refuses the `naive` backend (weights must cross to other nodes)

@@ -125,7 +125,8 @@ def pool_roles(plan: Plan) -> str:
 def layout_summary(plan: Plan) -> str:
     t = plan.train
     extra = [t.sharding] + (["recompute"] if t.recompute else []) + (["opt offload"] if t.optimizer_offload else [])
-    return f"DP{t.dp} TP{t.tp} PP{t.pp} mb{t.micro_batch} {' '.join(extra)}"
+    ep = f" EP{t.ep}" if t.ep > 1 else ""  # a mixture of experts' expert parallelism
+    return f"DP{t.dp} TP{t.tp} PP{t.pp}{ep} mb{t.micro_batch} {' '.join(extra)}"
 
 
 def mode_summary(plan: Plan) -> str:

@@ -106,9 +106,131 @@ class Architecture(Spec):
     max_context: int | None = Field(default=None, gt=0, description=(
         "the longest sequence (prompt + response) the model takes, tokens: its config.json "
         "max_position_embeddings; None: not known, not checked"))
+    # ---- mixture of experts (0 experts: a dense model). Names as the configs of Qwen3-MoE, DeepSeek-V3,
+    # gpt-oss and Mixtral give them (hfmodel.py reads them)
+    experts: int = Field(default=0, ge=0, description="routed experts per MoE layer (num_experts, n_routed_experts, "
+                                                       "num_local_experts); 0: dense")
+    experts_per_token: int = Field(default=0, ge=0, description="routed experts each token runs (num_experts_per_tok)")
+    moe_ffn: int | None = Field(default=None, gt=0, description="intermediate size of one expert (moe_intermediate_size; "
+                                                                "gpt-oss and Mixtral: intermediate_size)")
+    shared_experts: int = Field(default=0, ge=0, description="experts every token runs besides the routed ones, each "
+                                                             "moe_ffn wide (DeepSeek n_shared_experts)")
+    dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP `ffn` wide "
+                                                           "(DeepSeek first_k_dense_replace)")
+    expert_bias: bool = Field(default=False, description="experts' projections and the router carry biases (gpt-oss)")
+    # ---- attention variants
+    attn_out_bias: bool = Field(default=False, description="the attention output projection has a bias (gpt-oss's "
+                                                           "attention_bias covers q, k, v and o)")
+    qk_norm: bool = Field(default=False, description="RMSNorm of q and k per head (Qwen3: q_norm, k_norm)")
+    q_lora_rank: int | None = Field(default=None, gt=0, description="MLA: rank of the query down-projection")
+    kv_lora_rank: int | None = Field(default=None, gt=0, description=(
+        "MLA (multi-head latent attention, DeepSeek-V2/V3): rank of the compressed KV; the cache keeps "
+        "kv_lora_rank + qk_rope_head_dim values per token and layer"))
+    qk_nope_head_dim: int | None = Field(default=None, gt=0)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
+    sliding_window: int | None = Field(default=None, gt=0, description="tokens a sliding-window layer attends to")
+    sliding_layers: int = Field(default=0, ge=0, description="layers with sliding-window attention (gpt-oss: every "
+                                                             "second one)")
+    attention_sinks: bool = Field(default=False, description="a learned sink logit per head (gpt-oss)")
+    published_active_params: float | None = Field(default=None, description="the active count the model card states")
+
+    def variant_problem(self) -> tuple[str, str] | None:
+        """(key, what is wrong) when the mixture-of-experts, MLA or sliding-window fields contradict each
+        other, else None (checked where a workload is read: specs.load_workload)."""
+        if self.experts and not (0 < self.experts_per_token <= self.experts):
+            return "experts_per_token", f"must be in 1..{self.experts} for {self.experts} experts"
+        if self.dense_layers > self.layers or self.sliding_layers > self.layers:
+            return "dense_layers", "dense_layers and sliding_layers cannot exceed layers"
+        if self.kv_lora_rank and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
+            return "kv_lora_rank", "MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim"
+        if self.sliding_layers and (not self.sliding_window or self.sliding_layers >= self.layers):
+            return "sliding_layers", "needs sliding_window and at least one full-attention layer"
+        return None
+
+    # ---- mixture-of-experts counts
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn or self.ffn
+
+    @property
+    def expert_params_each(self) -> int:
+        """One expert's weights (gated: gate, up, down), with gpt-oss's biases."""
+        f, h = self.expert_ffn, self.hidden
+        return self.mlp_matrices * h * f + ((self.mlp_matrices - 1) * f + h if self.expert_bias else 0)
+
+    @property
+    def router_params(self) -> int:
+        return self.experts * self.hidden + (self.experts if self.expert_bias else 0)
+
+    @property
+    def routed_expert_params(self) -> int:
+        """All routed experts' weights over all MoE layers: what expert parallelism splits."""
+        return self.moe_layers * self.experts * self.expert_params_each
+
+    @property
+    def attn_params(self) -> int:
+        """One layer's attention weights: GQA q/k/v/o (biases, Qwen3's per-head q/k norms, gpt-oss's sinks)
+        or MLA's down- and up-projections with their norms (DeepSeek-V3 modeling: q_a_proj, q_a_layernorm,
+        q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj)."""
+        h = self.hidden
+        if self.kv_lora_rank:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            ql, kl = self.q_lora_rank, self.kv_lora_rank
+            q = (h * ql + ql + ql * self.heads * qk) if ql else h * self.heads * qk
+            kv = h * (kl + self.qk_rope_head_dim) + kl + kl * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.heads * self.v_head_dim * h
+        q, kv = self.heads * self.hd, self.kv_heads * self.hd
+        bias = ((q + 2 * kv) if self.qkv_bias else 0) + (h if self.attn_out_bias else 0)
+        return (h * q + 2 * h * kv + q * h + bias + (2 * self.hd if self.qk_norm else 0)
+                + (self.heads if self.attention_sinks else 0))
+
+    def _moe_layer_params(self, experts: int) -> int:
+        return self.attn_params + self.router_params + (experts + self.shared_experts) * self.expert_params_each + 2 * self.hidden
+
+    @property
+    def _dense_layer_params(self) -> int:
+        return self.attn_params + self.mlp_matrices * self.hidden * self.ffn + 2 * self.hidden
+
+    @property
+    def active_params_per_layer(self) -> float:
+        """Weights one token multiplies per layer, averaged over the layers (= params_per_layer when dense)."""
+        if not self.is_moe:
+            return float(self.params_per_layer)
+        return (self.dense_layers * self._dense_layer_params
+                + self.moe_layers * self._moe_layer_params(self.experts_per_token)) / self.layers
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward uses: the layers' active weights, both embeddings and the final norm
+        (as Qwen3's and DeepSeek-V3's cards count activated parameters)."""
+        return round(self.layers * self.active_params_per_layer) + self.embedding_params + self.hidden
+
+    def kv_values_per_token_layer(self) -> int:
+        """Cached values per token and attention layer: K and V of the KV heads, or MLA's compressed latent and
+        its decoupled RoPE key (DeepSeek-V2 paper, section 2.1: (d_c + d_h^R) per token and layer)."""
+        if self.kv_lora_rank:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.hd
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers whose attention spans the whole context (not sliding-window)."""
+        return self.layers - self.sliding_layers
 
     @property
     def hd(self) -> int:
+        if self.kv_lora_rank:  # MLA: scores over nope + rope dims, values of v_head_dim; their mean keeps
+            # attention's 4 * q_dim FLOPs per context token (2 * heads * (qk + v))
+            return (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim) // 2
         return self.head_dim or self.hidden // self.heads
 
     def tp_problem(self, tp: int, kv_replicas: bool) -> str | None:
@@ -123,7 +245,11 @@ class Architecture(Spec):
         return None
 
     @property
-    def params_per_layer(self) -> int:
+    def params_per_layer(self) -> float:
+        if self.is_moe or self.kv_lora_rank or self.qk_norm or self.attention_sinks:  # mean over the layers
+            return (self.dense_layers * self._dense_layer_params if self.is_moe else 0) / self.layers + (
+                (self.moe_layers * self._moe_layer_params(self.experts)) / self.layers if self.is_moe
+                else self._dense_layer_params)
         h, q, kv = self.hidden, self.heads * self.hd, self.kv_heads * self.hd
         attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
         mlp = self.mlp_matrices * h * self.ffn
@@ -133,6 +259,10 @@ class Architecture(Spec):
     @property
     def tp_sharded_tensors(self) -> int:
         """Weights Megatron-style TP shards, per layer q, k, v (and their biases), o and the MLP's."""
+        if self.is_moe or self.kv_lora_rank:  # MLA's five projections; each expert's matrices and the router
+            attn = 5 if self.kv_lora_rank else 4 + (3 if self.qkv_bias else 0)
+            return (self.layers * attn + self.dense_layers * self.mlp_matrices
+                    + self.moe_layers * ((self.experts + self.shared_experts) * self.mlp_matrices + 1))
         return self.layers * (4 + (3 if self.qkv_bias else 0) + self.mlp_matrices)
 
     @property
@@ -152,11 +282,19 @@ class Architecture(Spec):
 
     @property
     def params(self) -> int:
-        return self.layers * self.params_per_layer + self.embedding_params + self.hidden
+        return round(self.layers * self.params_per_layer) + self.embedding_params + self.hidden
 
     def kv_bytes_per_token(self, bytes_per_elem: int) -> int:
-        # KV cache = 2 (K and V) * layers * kv_heads * head_dim * bytes (systems.md)
-        return 2 * self.layers * self.kv_heads * self.hd * bytes_per_elem
+        # KV cache = 2 (K and V) * layers * kv_heads * head_dim * bytes (systems.md); MLA caches its latent
+        # (kv_values_per_token_layer); sliding-window layers keep only their window, whatever the context, so
+        # the per-token figure counts the full-attention layers (vLLM's hybrid KV cache manager allocates so)
+        if not (self.kv_lora_rank or self.sliding_layers):
+            return 2 * self.layers * self.kv_heads * self.hd * bytes_per_elem
+        return self.full_attention_layers * self.kv_values_per_token_layer() * bytes_per_elem
+
+    def kv_window_bytes_per_seq(self, bytes_per_elem: int) -> int:
+        """KV bytes a sequence holds in its sliding-window layers at most (their window's tokens)."""
+        return self.sliding_layers * (self.sliding_window or 0) * self.kv_values_per_token_layer() * bytes_per_elem
 
 
 @lru_cache(maxsize=1)

@@ -17,11 +17,14 @@ Layout for a cluster with P pools (all variables integer-valued except kv_mem_fr
     3P + 9        staleness bound k (async only, else repaired to 0)                0..max_staleness
     3P + 10       log2 pipeline_chunks                                              0..5
     3P + 11       weight-sync route, index into ROUTES                              0..1
+    3P + 12       expert-parallel size, index into ep_options (mixtures of experts  0..len-1
+                  only: a dense workload's vector stops at 3P + 11)
 
 Repair (vectorised over a population) rounds and clips, then makes the plan structurally valid:
 TP dividing a node's GPUs and the attention heads; every data-parallel replica (tp*pp GPUs)
 inside one pool; rollout GPUs a multiple of the pool's engine TP; role counts within the pool;
-at least one replica and one engine (falling back to tp=pp=1 and then to colocated mode).
+at least one replica and one engine (falling back to tp=pp=1 and then to colocated mode); for a mixture
+of experts, EP dividing the routed experts (its options) and dp*tp (lowered to the largest option that does).
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ MAX_PP = 16
 GLOBAL_NAMES = ("kv_mem_frac", "log2_max_num_seqs", "train_tp_idx", "train_pp_idx", "sharding",
                 "log2_micro_batch", "recompute", "optimizer_offload", "mode", "staleness_bound",
                 "log2_pipeline_chunks", "sync_route")
+EP_NAME = "train_ep_idx"  # after GLOBAL_NAMES, in a mixture of experts' vectors only
+# largest expert-parallel size searched: Megatron-core's MoE recipes go to EP 64 (DeepSeek-V3); beyond it the
+# all-to-all spans more nodes than any published layout
+MAX_EP = 64
 
 
 def _divisors(n: int) -> list[int]:
@@ -91,6 +98,8 @@ class Layout:
     # this project's trainer, no rule beyond the structure
     executor: object | None = None
     rule_ctx: object | None = None
+    # expert-parallel sizes searched (divisors of the routed experts up to MAX_EP); None: a dense model
+    ep_options: np.ndarray | None = None
 
     @classmethod
     def build(cls, cluster: Cluster, workload: Workload, executor: str | None = None) -> "Layout":
@@ -108,6 +117,9 @@ class Layout:
         pp = np.array(_pow2_upto(min(MAX_PP, workload.model.layers)), dtype=np.int64)
         out = cls(len(counts), counts, gpn, rtp, np.array([len(o) for o in per_pool]), tp, pp,
                   workload.max_staleness, workload.samples_per_step)
+        if m.is_moe:
+            out.ep_options = np.array([d for d in _divisors(m.experts) if d <= min(MAX_EP, int(counts.sum()))],
+                                      dtype=np.int64)
         if executor is not None:
             from problems.placement import executors as E
 
@@ -120,15 +132,23 @@ class Layout:
 
     # ------------------------------------------------------------ positions and bounds
     @property
+    def moe(self) -> bool:
+        return self.ep_options is not None
+
+    @property
+    def global_names(self) -> tuple[str, ...]:
+        return GLOBAL_NAMES + ((EP_NAME,) if self.moe else ())
+
+    @property
     def n_var(self) -> int:
-        return 3 * self.n_pools + len(GLOBAL_NAMES)
+        return 3 * self.n_pools + len(self.global_names)
 
     def g(self, name: str) -> int:
-        return 3 * self.n_pools + GLOBAL_NAMES.index(name)
+        return 3 * self.n_pools + self.global_names.index(name)
 
     def names(self, pool_ids: list[str]) -> list[str]:
         return ([f"rollout_gpus[{p}]" for p in pool_ids] + [f"train_gpus[{p}]" for p in pool_ids]
-                + [f"rollout_tp_idx[{p}]" for p in pool_ids] + list(GLOBAL_NAMES))
+                + [f"rollout_tp_idx[{p}]" for p in pool_ids] + list(self.global_names))
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         P = self.n_pools
@@ -145,6 +165,8 @@ class Layout:
             "staleness_bound": (0, self.max_staleness), "log2_pipeline_chunks": LOG2_CHUNKS_RANGE,
             "sync_route": (0, len(ROUTES) - 1),
         }
+        if self.moe:
+            lo_hi[EP_NAME] = (0, len(self.ep_options) - 1)
         for name, (lo, hi) in lo_hi.items():
             xl[self.g(name)], xu[self.g(name)] = lo, hi
         return xl, xu
@@ -271,7 +293,27 @@ class Layout:
         if self.executor is not None:  # then what the executor can express (counts, TPs, knobs)
             from problems.placement.executors import post_repair
 
-            X = post_repair(self.executor, self, X, self.rule_ctx)
+            for _ in range(2):  # EP decides the executor's backend; its node rounding may lower dp
+                X = self.repair_ep(X)
+                X = post_repair(self.executor, self, X, self.rule_ctx)
+        return self.repair_ep(X)
+
+    def repair_ep(self, X: np.ndarray) -> np.ndarray:
+        """A mixture of experts' EP lowered to the largest option dividing dp*tp (the plan schema's rule:
+        expert-parallel groups are carved from one stage's data- and tensor-parallel ranks); EP 1 always does."""
+        if not self.moe or len(X) == 0:
+            return X
+        P = self.n_pools
+        colo = X[:, self.g("mode")].astype(np.int64) == 0
+        train = np.where(colo[:, None], X[:, :P], X[:, P:2 * P]).sum(axis=1).astype(np.int64)
+        tp = self.tp_options[X[:, self.g("train_tp_idx")].astype(np.int64)]
+        pp = self.pp_options[X[:, self.g("train_pp_idx")].astype(np.int64)]
+        grid = np.maximum(train // (tp * pp), 1) * tp
+        j = self.g(EP_NAME)
+        want = X[:, j].astype(np.int64)
+        idx = np.arange(len(self.ep_options))[None, :]
+        ok = (grid[:, None] % self.ep_options[None, :] == 0) & (idx <= want[:, None])
+        X[:, j] = np.max(np.where(ok, idx, 0), axis=1)
         return X
 
     # ------------------------------------------------------------ vector -> fields
@@ -302,6 +344,7 @@ class Layout:
             "staleness_bound": X[:, self.g("staleness_bound")].astype(np.int64),
             "pipeline_chunks": 2 ** X[:, self.g("log2_pipeline_chunks")].astype(np.int64),
             "route": X[:, self.g("sync_route")].astype(np.int64),
+            **({"ep": self.ep_options[X[:, self.g(EP_NAME)].astype(np.int64)]} if self.moe else {}),
         }
 
     # ------------------------------------------------------------ Plan <-> vector
@@ -319,7 +362,7 @@ class Layout:
             rollout=RolloutLayout(kv_mem_frac=float(f["kv_mem_frac"]), max_num_seqs=int(f["max_num_seqs"])),
             train=TrainLayout(dp=n_train // (tp * pp), tp=tp, pp=pp, sharding=SHARDINGS[int(f["sharding"])],
                               micro_batch=int(f["micro_batch"]), recompute=bool(f["recompute"]),
-                              optimizer_offload=bool(f["optimizer_offload"])),
+                              optimizer_offload=bool(f["optimizer_offload"]), ep=int(f.get("ep", 1))),
             execution=Execution(mode=MODES[int(f["mode"])], staleness_bound=int(f["staleness_bound"]),
                                 pipeline_chunks=int(f["pipeline_chunks"])),
             weight_sync=WeightSync(route=ROUTES[int(f["route"])]),
@@ -369,4 +412,8 @@ class Layout:
         x[self.g("staleness_bound")] = plan.execution.staleness_bound
         x[self.g("log2_pipeline_chunks")] = np.log2(plan.execution.pipeline_chunks)
         x[self.g("sync_route")] = ROUTES.index(plan.weight_sync.route)
+        if self.moe:
+            x[self.g(EP_NAME)] = index(self.ep_options, t.ep, "train.ep")
+        elif t.ep != 1:
+            raise PlanOutsideSpace("train.ep", f"train.ep {t.ep} for a dense model (expert parallelism needs experts)")
         return x

@@ -27,6 +27,14 @@ Where each rule comes from (read in the executors' code, see docs/export.md):
   plans do not have: colocated only), `workers/actor/megatron_actor_worker.py` (rollout TP <= actor TP),
   `workers/critic` (Megatron critics only), `rlinf/config.py` (FSDP: global batch divisible by micro-batch
   x actor GPUs; Megatron's `optim.optimizer_cpu_offload`).
+- Expert parallelism (a mixture of experts' `train.ep` > 1): each executor's Megatron backend alone has it, so
+  an EP plan trains with Megatron and its rules (sharding, offload, batch): verl's
+  `actor_rollout_ref.actor.megatron.expert_model_parallel_size` / `expert_tensor_parallel_size` (its FSDP
+  workers have no EP), AReaL 1.0.4's allocation mode (`areal/api/alloc_mode.py`: ModelAllocation refuses
+  expert_parallel_size > 1 on the fsdp backend; megatron's `(attn:...|ffn:e<ep>)` needs world size divisible
+  by pp x expert TP x ep), RLinf's Megatron `expert_model_parallel_size`. EP divides dp*tp (the plan schema).
+  AReaL 1.0.4's allocation grammar takes that hybrid `(attn|ffn)` form only unnamed ("megatron[actor]:(attn:..."
+  is a parsing error), and its colocation and per-role allocations name the actor: AReaL fronts keep EP 1.
 - All three: one rollout TP for all engines, no key for streamed chunks or staged weight sync, Megatron's
   pipeline stages of equal layer counts (num_layers divisible by PP).
 """
@@ -50,7 +58,8 @@ class Executor:
     name: str
     runs: str  # the executor and version a front is for, as shown
     modes: tuple[str, ...] = MODES
-    megatron_on: tuple[str, ...] = ("tp", "pp")  # what makes its trainer Megatron: train tp>1, pp>1, a PPO critic
+    # what makes its trainer Megatron: train tp>1, pp>1, a PPO critic, expert parallelism (ep>1)
+    megatron_on: tuple[str, ...] = ("tp", "pp", "ep")
     fsdp_shardings: tuple[str, ...] = SHARDINGS
     megatron_shardings: tuple[str, ...] = SHARDINGS
     fsdp_offload: bool = True  # optimizer state on CPU during the step (the plan's optimizer_offload)
@@ -67,6 +76,7 @@ class Executor:
     # its FSDP trainer runs Hugging Face's eager modules whatever the workload says (no kernel switch):
     # the front is scored so (`scored_workload`)
     eager_modules: bool = False
+    expert_parallel: bool = True  # a key for a mixture of experts' EP (train.ep > 1)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -82,12 +92,12 @@ EXECUTORS: dict[str, Executor] = {
         one_rollout_tp=True, streams_chunks=False, staged_sync=False, equal_stages=True, whole_nodes=True,
         nodes="uniform", batch="verl"),
     "areal": Executor(
-        "areal", "AReaL 1.0.4", megatron_on=("pp",), fsdp_shardings=("zero3", "fsdp"), megatron_shardings=("zero1",),
+        "areal", "AReaL 1.0.4", megatron_on=("pp", "ep"), fsdp_shardings=("zero3", "fsdp"), megatron_shardings=("zero1",),
         fsdp_offload=False, megatron_offload=False, one_rollout_tp=True, streams_chunks=False, staged_sync=False,
         equal_stages=True, whole_nodes=True, nodes="logical", batch="areal", colocated_rollout_tp1=True,
-        eager_modules=True),
+        eager_modules=True, expert_parallel=False),
     "rlinf": Executor(
-        "rlinf", "RLinf 0.3.0 (reasoning runner)", modes=("colocated",), megatron_on=("tp", "pp", "critic"),
+        "rlinf", "RLinf 0.3.0 (reasoning runner)", modes=("colocated",), megatron_on=("tp", "pp", "critic", "ep"),
         fsdp_shardings=("none", "zero2", "zero3", "fsdp"), megatron_shardings=("none", "zero1"), fsdp_offload=False,
         one_rollout_tp=True, streams_chunks=False, staged_sync=False, equal_stages=True, whole_nodes=True,
         nodes="contiguous", batch="rlinf", rollout_tp_le_train_tp=True),
@@ -127,10 +137,12 @@ class RuleContext:
     max_staleness: int
 
 
-def megatron(ex: Executor, tp, pp, ppo: bool) -> np.ndarray:
-    """Whether the executor trains this layout with Megatron (else FSDP)."""
+def megatron(ex: Executor, tp, pp, ppo: bool, ep=None) -> np.ndarray:
+    """Whether the executor trains this layout with Megatron (else FSDP); `ep`: a mixture of experts' EP."""
     tp, pp = np.asarray(tp), np.asarray(pp)
     m = np.zeros(np.broadcast(tp, pp).shape, dtype=bool)
+    if "ep" in ex.megatron_on and ep is not None:
+        m |= np.asarray(ep) > 1
     if "tp" in ex.megatron_on:
         m |= tp > 1
     if "pp" in ex.megatron_on:
@@ -185,6 +197,8 @@ def post_repair(ex: Executor, L, X: np.ndarray, rc: RuleContext) -> np.ndarray:
         X[:, g("log2_pipeline_chunks")] = 0
     if not ex.staged_sync:
         X[:, g("sync_route")] = 0
+    if L.moe and not ex.expert_parallel:
+        X[:, g("train_ep_idx")] = 0
     # Megatron's pipeline stages hold equal layer counts
     if ex.equal_stages:
         pp_i = X[:, g("train_pp_idx")].astype(np.int64)
@@ -196,7 +210,8 @@ def post_repair(ex: Executor, L, X: np.ndarray, rc: RuleContext) -> np.ndarray:
         X[:, g("train_pp_idx")] = pp_i
     tp = L.tp_options[X[:, g("train_tp_idx")].astype(np.int64)]
     pp = L.pp_options[X[:, g("train_pp_idx")].astype(np.int64)]
-    mg = megatron(ex, tp, pp, rc.ppo)
+    ep = L.ep_options[X[:, g("train_ep_idx")].astype(np.int64)] if L.moe else None
+    mg = megatron(ex, tp, pp, rc.ppo, ep)
     shard = X[:, g("sharding")].astype(np.int64)
     X[:, g("sharding")] = np.where(mg, _map_sharding(shard, ex.megatron_shardings), _map_sharding(shard, ex.fsdp_shardings))
     off_ok = np.where(mg, ex.megatron_offload, ex.fsdp_offload)
@@ -331,7 +346,7 @@ def violations(ex: Executor, L, f: dict, rc: RuleContext) -> dict[str, np.ndarra
     if not ex.staged_sync:
         out["route"] = f["route"] == 1
     tp, pp = f["tp"], f["pp"]
-    mg = megatron(ex, tp, pp, rc.ppo)
+    mg = megatron(ex, tp, pp, rc.ppo, f.get("ep"))
     allowed_f = np.array([s in ex.fsdp_shardings for s in SHARDINGS])
     allowed_m = np.array([s in ex.megatron_shardings for s in SHARDINGS])
     out["sharding"] = np.where(mg, ~allowed_m[f["sharding"]], ~allowed_f[f["sharding"]])
@@ -345,6 +360,10 @@ def violations(ex: Executor, L, f: dict, rc: RuleContext) -> dict[str, np.ndarra
         out["rollout_tp_le_tp"] = mg & (rmax > tp)
     train = (f["train_gpus"] + f["shared_gpus"]).sum(axis=1)
     dp = train // np.maximum(tp * pp, 1)
+    if f.get("ep") is not None:  # Megatron-core: expert-parallel groups tile one stage's dp x tp ranks
+        out["ep"] = (dp * tp) % np.maximum(f["ep"], 1) != 0
+        if not ex.expert_parallel:
+            out["no_ep"] = f["ep"] > 1
     if ex.batch == "verl":
         unit = np.where(mg, dp * f["micro_batch"], train)
         out["batch"] = rc.samples % np.maximum(unit, 1) != 0
@@ -416,6 +435,8 @@ RULE_TEXT = {
     "batch": "the step's samples divisible by {unit}",
     "batch_share": "a micro-batch no larger than a data-parallel rank's share of the step (mb_spec packs a rank's share)",
     "nodes": "{nodes}",
+    "ep": "an expert-parallel size dividing DP x TP (Megatron-core's expert groups tile a stage's ranks)",
+    "no_ep": "expert parallel size 1 (its allocation string has no named expert-parallel form)",
 }
 NODE_TEXT = {
     "uniform": "each role as nnodes x n_gpus_per_node: the same GPU count on every node of a role, whole engines and TP groups per node",
@@ -429,7 +450,7 @@ def why(ex: Executor, L, f: dict, rc: RuleContext) -> str | None:
     v = violations(ex, L, f, rc)
     for name, bad in v.items():
         if bad[0]:
-            mg = bool(megatron(ex, f["tp"], f["pp"], rc.ppo)[0])
+            mg = bool(megatron(ex, f["tp"], f["pp"], rc.ppo, f.get("ep"))[0])
             train = int((f["train_gpus"] + f["shared_gpus"]).sum())
             dp = train // max(int(f["tp"][0] * f["pp"][0]), 1)
             unit = (f"DP x micro-batch = {dp} x {int(f['micro_batch'][0])}" if mg or ex.batch != "verl"

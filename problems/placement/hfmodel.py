@@ -18,7 +18,10 @@ from problems.placement.catalog import Architecture
 
 # The decoder layouts the trainer cuts (trainer/parallel.py: q/k/v/o and gate/up/down projections
 # under model.layers) and vLLM and transformers both run. The tests build Qwen2 models.
-SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
+DENSE = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
+# mixture-of-experts layouts the planner reads (their config.json keys below)
+MOE = ("Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM", "MixtralForCausalLM")
+SUPPORTED = DENSE + MOE
 EXPECTED = "a Hugging Face causal-LM directory (config.json, weights, tokenizer) as save_pretrained writes"
 # tokenizer files as save_pretrained writes them: fast (tokenizer.json), sentencepiece, BPE vocab + merges
 _TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",))
@@ -58,6 +61,41 @@ def check_tokenizer(path: Path, where: str | None = None) -> None:
                              "a tokenizer with a vocabulary")
 
 
+def _variant_fields(arch: str, cfg: dict) -> dict:
+    """The Architecture fields of Qwen3's q/k norms, the mixtures of experts, MLA and sliding windows, read
+    from the keys each architecture's config.json names them by (transformers' Qwen3Config, Qwen3MoeConfig,
+    DeepseekV3Config, GptOssConfig, MixtralConfig)."""
+    out: dict = {}
+    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"):
+        out["qk_norm"] = True
+    if arch == "Qwen3MoeForCausalLM":
+        if int(cfg.get("decoder_sparse_step", 1)) != 1 or cfg.get("mlp_only_layers"):
+            raise ValueError("decoder_sparse_step other than 1 or mlp_only_layers (dense layers between MoE "
+                             "layers) are not modelled")
+        out.update(experts=int(cfg["num_experts"]), experts_per_token=int(cfg["num_experts_per_tok"]),
+                   moe_ffn=int(cfg["moe_intermediate_size"]))
+    elif arch == "DeepseekV3ForCausalLM":
+        out.update(experts=int(cfg["n_routed_experts"]), experts_per_token=int(cfg["num_experts_per_tok"]),
+                   moe_ffn=int(cfg["moe_intermediate_size"]), shared_experts=int(cfg.get("n_shared_experts") or 0),
+                   dense_layers=int(cfg.get("first_k_dense_replace") or 0), kv_lora_rank=int(cfg["kv_lora_rank"]),
+                   q_lora_rank=int(cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None,
+                   qk_nope_head_dim=int(cfg["qk_nope_head_dim"]), qk_rope_head_dim=int(cfg["qk_rope_head_dim"]),
+                   v_head_dim=int(cfg["v_head_dim"]), head_dim=None, qkv_bias=False)
+    elif arch == "GptOssForCausalLM":
+        types = cfg.get("layer_types") or []
+        out.update(experts=int(cfg["num_local_experts"]),
+                   experts_per_token=int(cfg.get("num_experts_per_tok") or cfg["experts_per_token"]),
+                   expert_bias=True, attention_sinks=True, qkv_bias=True, attn_out_bias=True)
+        if cfg.get("sliding_window"):
+            out.update(sliding_window=int(cfg["sliding_window"]),
+                       sliding_layers=sum(t == "sliding_attention" for t in types))
+    elif arch == "MixtralForCausalLM":
+        # Mixtral-8x7B's sliding_window is null; a window set on every layer is not read (its KV is then
+        # counted over the whole context, an upper bound)
+        out.update(experts=int(cfg["num_local_experts"]), experts_per_token=int(cfg["num_experts_per_tok"]))
+    return out
+
+
 def architecture(path: Path, where: str | None = None) -> Architecture:
     """The Architecture of the model in directory `path` (its config.json), its tokenizer checked."""
     cfg_file = path / "config.json"
@@ -80,10 +118,12 @@ def architecture(path: Path, where: str | None = None) -> Architecture:
             qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
             head_dim=int(cfg["head_dim"]) if cfg.get("head_dim") else None,
             max_context=int(cfg["max_position_embeddings"]) if cfg.get("max_position_embeddings") else None)
+        fields.update(_variant_fields(arch, cfg))
     except KeyError as err:
         raise InputError(str(cfg_file), err.args[0], "missing", f"a {arch} config") from None
     except (TypeError, ValueError) as err:
-        raise InputError(str(cfg_file), None, f"a size is not an integer: {err}", f"a {arch} config") from None
+        what = str(err) if "not modelled" in str(err) else f"a size is not an integer: {err}"
+        raise InputError(str(cfg_file), None, what, f"a {arch} config") from None
     check_tokenizer(path, where)
     try:
         return Architecture(**fields)

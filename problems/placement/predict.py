@@ -58,6 +58,11 @@ class TrainingJob(Spec):
     dp: int = Field(default=1, gt=0)
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0, description="expert-parallel size of a mixture of experts (model/moe.py): "
+                                                 "divides dp*tp and the routed experts")
+    moe_imbalance: float | None = Field(default=None, ge=1.0, description=(
+        "a mixture of experts' busiest EP rank's routed tokens over the mean (default model/moe.py MOE_IMBALANCE; "
+        "1 for a run that force-balances the routing)"))
     stage_layers: list[int] | None = Field(default=None, description="layers per pipeline stage (default even)")
     gpu: str = "H100"
     stage_gpus: list[str] | None = Field(default=None, description="GPU type per pipeline stage (default `gpu`)")
@@ -120,6 +125,9 @@ class TrainingJob(Spec):
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"global_batch {self.global_batch} is not a multiple of dp x micro_batch = "
                              f"{self.dp * self.micro_batch}")
+        if (self.dp * self.tp) % self.ep:
+            raise ValueError(f"ep {self.ep} must divide dp*tp = {self.dp * self.tp} (expert-parallel groups are "
+                             "carved from one stage's data- and tensor-parallel ranks)")
         if self.gpus_per_node % self.tp:
             raise ValueError(f"tp {self.tp} does not tile a node of {self.gpus_per_node} GPUs (TP stays inside a node: "
                              "a divisor of gpus_per_node)")
@@ -149,6 +157,9 @@ def _job_context(job: TrainingJob, where: str | None):
     if arch.max_context is not None and job.seq_len > arch.max_context:
         raise InputError(where, "seq_len", f"{job.seq_len} tokens, beyond the {arch.max_context} of {arch.name}'s "
                          "context (max_position_embeddings)", f"at most {arch.max_context}")
+    if job.ep > 1 and (not arch.is_moe or arch.experts % job.ep):
+        raise InputError(where, "ep", f"{job.ep} for {arch.name}" + (f"'s {arch.experts} routed experts"
+                         if arch.is_moe else ", a dense model"), "a divisor of the routed experts (1 for a dense model)")
     if job.pp > arch.layers:
         raise InputError(where, "pp", f"{job.pp} pipeline stages for the {arch.layers} layers of {arch.name}",
                          "at most one stage per layer")
@@ -230,11 +241,13 @@ def _job_context(job: TrainingJob, where: str | None):
     ctx.selective_op = job.recompute == "selective_op"
     ctx.sequence_parallel = job.sequence_parallel
     ctx.reshard_after_forward = job.reshard_after_forward
+    if job.moe_imbalance is not None:
+        ctx.moe_imbalance = job.moe_imbalance
     # a pipeline over several GPU types or uneven stages takes the staged path; one type per replica
     # (even stages) is the planner's own layout, replicas in pools
     staged = not per_replica and (job.stage_layers is not None or len(kinds) > 1 or job.stage_gpus is not None)
     one = lambda v, dtype=np.int64: np.array([v], dtype=dtype)  # noqa: E731
-    f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp),
+    f = {"tp": one(job.tp), "pp": one(job.pp), "micro_batch": one(job.micro_batch), "dp": one(job.dp), "ep": one(job.ep),
          "train_gpus": np.array([[p.count for p in pools]], dtype=np.int64),
          "shared_gpus": np.zeros((1, len(pools)), dtype=np.int64),
          "recompute": one(int(job.recompute is True)), "sharding": one(SHARDINGS.index(job.sharding)),
@@ -299,11 +312,12 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
     model_flops = float(tr["train_flops"][0] - tr["selective_recompute_flops"][0]) / (1.0 + full / 3.0)
     peak = np.average([p.gpu.peak(job.precision) for p in cluster.pools], weights=[p.count for p in cluster.pools])
     parts = {k: float(tr[k][0]) for k in ("train_compute_s", "pipeline_bubble_s", "tp_comm_s", "pp_comm_s",
-                                          "dp_sync_s", "optimizer_s")}
+                                          *(("ep_comm_s",) if ctx.moe else ()), "dp_sync_s", "optimizer_s")}
     stages = [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None else _even_layers(ctx.layers, job.pp))]
     return {
         "job": job.name, "model": _arch(job, where).name, "gpus": gpus,
-        "layout": {"dp": job.dp, "tp": job.tp, "pp": job.pp, "micro_batch": job.micro_batch,
+        "layout": {"dp": job.dp, "tp": job.tp, "pp": job.pp, **({"ep": job.ep} if job.ep > 1 else {}),
+                   "micro_batch": job.micro_batch,
                    "micro_batches_per_rank": int(tr["micro_batches"][0].max()),
                    "stage_layers": stages,
                    "stage_gpus": job.stage_gpus or ([] if job.replica_gpus else [job.gpu] * job.pp),
@@ -362,6 +376,18 @@ def prior_notes(cluster: Cluster) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def moe_notes(ctx) -> list[str]:
+    """What a mixture of experts' figures assume (model/moe.py), one line; none for a dense model."""
+    if not ctx.moe:
+        return []
+    from problems.placement.model.moe import A2A_OVERLAP, imbalance
+
+    return [f"mixture of experts: compute on the active parameters; experts whole on their EP rank (expert TP 1, "
+            f"TP-sharded at EP 1); dispatch/combine all-to-alls {A2A_OVERLAP:.0%} overlapped; the busiest rank "
+            f"{imbalance(ctx):g} x the mean tokens; grouped-GEMM experts at the dense mfu; decode reads the experts "
+            "its batch routes to (uniform routing)"]
+
+
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_sharded: bool) -> list[str]:
     from problems.placement.model.memory import eager_layers
     from problems.placement.model.training import ADAMW_FOREACH_BYTES, GRAD_CLIP_BYTES
@@ -399,6 +425,7 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_s
            *([f"eager layers wait on the host that launches their kernels: at least {host_f * 1e3:.1f} ms per layer "
               f"and forward, {host_b * 1e3:.1f} ms per backward (measured on an H200 machine's host)"]
              if eager_layers(ctx) and host_f > 0 else []),
+           *moe_notes(ctx),
            *prior_notes(cluster)]
     for i, p in enumerate(cluster.pools):
         e = {k: float(v[i]) for k, v in ctx.eff.items()}
@@ -475,7 +502,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     # the model's arrays follow the problem's pools (those that run the workload's precision)
     out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(prob.cluster.pools)
                                          if q.id in train), default=0.0))
-    out["assumptions"] = (prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster)
+    out["assumptions"] = (prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster) + moe_notes(prob.ctx)
                           + ([executor_note] if executor_note else []))
     return out
 

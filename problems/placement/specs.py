@@ -463,6 +463,9 @@ def load_workload(path: str | Path) -> Workload:
 
         found = hfmodel.find(spec.model, path)
         model_dir = str(found) if found is not None else None
+    variant = arch.variant_problem()
+    if variant is not None:
+        raise InputError(path, f"model.{variant[0]}", variant[1], "a consistent mixture-of-experts / attention layout")
     if arch.heads % arch.kv_heads:
         raise InputError(path, "model.kv_heads", f"{arch.heads} heads are not divisible by {arch.kv_heads} kv_heads",
                          "a divisor of heads")

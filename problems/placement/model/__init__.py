@@ -102,6 +102,7 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
         "pipeline_bubble_s": tr["pipeline_bubble_s"],
         "tp_comm_s": tr["tp_comm_s"],
         "pp_comm_s": tr["pp_comm_s"],
+        "ep_comm_s": tr["ep_comm_s"],
         "dp_sync_s": tr["dp_sync_s"],
         "optimizer_s": tr["optimizer_s"],
         "sync_s": sync,

@@ -182,7 +182,9 @@ def iteration_peaks(ctx: ModelContext, f: dict) -> dict[str, float]:
     tp, pp = np.array([f["tp"]]), np.array([f["pp"]])
     train = f["train_gpus"] + f["shared_gpus"]
     dp = np.array([max(int(train.sum()) // int(f["tp"] * f["pp"]), 1)])
-    states = float(model_state_bytes(ctx, tp, pp, dp, np.array([f["sharding"]]), np.array([f["optimizer_offload"]]))[0])
+    ep = np.array([f["ep"]]) if "ep" in f else None  # a mixture of experts' expert-parallel size
+    states = float(model_state_bytes(ctx, tp, pp, dp, np.array([f["sharding"]]), np.array([f["optimizer_offload"]]),
+                                     ep)[0])
     runtime = float(ctx.eff["runtime_gb"].max() * 1e9)
     tensors = iteration_tensors(ctx, f)
     live, planned, caching = live_peak(tensors), planned_peak(tensors), caching_peak(tensors)

@@ -92,11 +92,25 @@ def params_sharded(sharding):
 STATE_PARTS = ("weights", "gradients", "optimizer", "reference")  # the keys of `model_state_parts`
 
 
-def model_state_parts(ctx: ModelContext, tp, pp, dp, sharding, offload) -> dict[str, np.ndarray]:
+def model_state_parts(ctx: ModelContext, tp, pp, dp, sharding, offload, ep=None) -> dict[str, np.ndarray]:
     """Per GPU, bytes: the weights, gradients and optimizer state of the trained models (the actor, + the
-    critic for PPO) and the frozen reference's weights."""
+    critic for PPO) and the frozen reference's weights. A mixture of experts (`ctx.moe`): its routed experts
+    split by expert parallelism `ep` and sharded over the expert-data-parallel ranks, the rest as a dense
+    model's (model/moe.py `expert_split`)."""
+    if ctx.moe:
+        from problems.placement.model import moe
+
+        ep = np.ones_like(np.asarray(tp)) if ep is None else ep
+        experts, edp_factor = moe.expert_split(ctx, tp, pp, ep)
+        dense = _state_parts(ctx, moe.dense_stage_params(ctx, stage_params(ctx, pp), pp) / tp, dp, sharding, offload)
+        routed = _state_parts(ctx, experts, np.maximum(dp, 1) * edp_factor, sharding, offload)
+        return {k: dense[k] + routed[k] for k in dense}
+    return _state_parts(ctx, stage_params(ctx, pp) / tp, dp, sharding, offload)
+
+
+def _state_parts(ctx: ModelContext, psh, dp, sharding, offload) -> dict[str, np.ndarray]:
+    """`model_state_parts` of `psh` parameters per GPU whose states shard over `dp` ranks."""
     w, g, o = state_bytes_per_param(ctx.bpe)
-    psh = stage_params(ctx, pp) / tp
     dpf = np.maximum(dp, 1).astype(float)
     z3 = params_sharded(sharding)
     w_div = np.where(z3, dpf, 1.0)
@@ -108,9 +122,20 @@ def model_state_parts(ctx: ModelContext, tp, pp, dp, sharding, offload) -> dict[
             "reference": ctx.has_reference * psh * w / w_div}
 
 
-def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload) -> np.ndarray:
+def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload, ep=None) -> np.ndarray:
     """Weights, gradients and optimizer of the actor (+ critic for PPO, + frozen reference) per GPU."""
-    return sum(model_state_parts(ctx, tp, pp, dp, sharding, offload).values())
+    return sum(model_state_parts(ctx, tp, pp, dp, sharding, offload, ep).values())
+
+
+def params_per_gpu(ctx: ModelContext, tp, pp, ep=None):
+    """Parameters on a GPU of the most loaded stage before data-parallel sharding: the stage's over tp, a
+    mixture of experts' routed experts by expert parallelism (model/moe.py)."""
+    if not ctx.moe:
+        return stage_params(ctx, pp) / tp
+    from problems.placement.model import moe
+
+    ep = np.ones_like(np.asarray(tp)) if ep is None else ep
+    return moe.stage_params_per_gpu(ctx, stage_params(ctx, pp), tp, pp, ep)
 
 
 def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.ndarray:
@@ -183,7 +208,7 @@ def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
     return 4.0 * n32 * ctx.hidden + 4.0 + 4.0 + 4.0 * ctx.heads / tp + e * (n_hidden * ctx.hidden + width)
 
 
-def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute) -> tuple[np.ndarray, np.ndarray]:
+def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute, ep=None) -> tuple[np.ndarray, np.ndarray]:
     """(during forward and backward, at the optimizer step) bytes per GPU that PyTorch's own mixed
     precision and optimizer add to the model states (`amp_autocast`, names.AMP_AUTOCAST_HELP): bf16
     autocast keeps its cast of every weight from forward to backward (not under full recomputation, where
@@ -192,7 +217,7 @@ def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute) 
     fused kernels (Megatron, DeepSpeed: fused Adam, weights already in the working precision)."""
     if not ctx.amp_autocast:
         return np.zeros(1), np.zeros(1)
-    psh = stage_params(ctx, pp) / tp
+    psh = params_per_gpu(ctx, tp, pp, ep)
     dpf = np.maximum(dp, 1).astype(float)
     casts = np.where(np.asarray(recompute, dtype=bool) | (ctx.bpe >= 4), 0.0,
                      psh * ctx.bpe / np.where(params_sharded(sharding), dpf, 1.0))
@@ -215,11 +240,11 @@ def kv_budget_bytes(ctx: ModelContext, rtp, kv_frac, max_num_seqs) -> np.ndarray
     return np.maximum(per_gpu, 0.0) * rtp
 
 
-def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding) -> np.ndarray:
+def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding, ep=None) -> np.ndarray:
     """ZeRO-3 / FSDP weights gathered on a GPU at once, beyond its shard: the unit computing and the one
     prefetched (each decoder layer a unit), or, units kept unsharded after forward, the whole stage."""
     w, _, _ = state_bytes_per_param(ctx.bpe)
-    stage = stage_params(ctx, pp) / tp
+    stage = params_per_gpu(ctx, tp, pp, ep)
     layers = np.ceil(ctx.layers / pp) if ctx.stage_layers is None else float(ctx.stage_layers.max())
     unit = stage / (layers + 1.0)
     dpf = np.maximum(dp, 1).astype(float)
@@ -234,12 +259,12 @@ def train_memory(ctx: ModelContext, f: dict[str, np.ndarray], dp, n_micro) -> di
     (N, P), the weights ZeRO-3 / FSDP gather (N, 1), autocast's weight casts and the optimizer step's
     temporaries (`hf_step_extras`, (N, 1)), and the peak allocated and reserved (N, P). Selective
     checkpointing recomputes as full recomputation does, so it fragments the allocator the same way."""
-    tp, pp, sh, off = f["tp"], f["pp"], f["sharding"], f["optimizer_offload"]
-    parts = model_state_parts(ctx, tp, pp, dp, sh, off)
+    tp, pp, sh, off, ep = f["tp"], f["pp"], f["sharding"], f["optimizer_offload"], f.get("ep")
+    parts = model_state_parts(ctx, tp, pp, dp, sh, off, ep)
     acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None], f["recompute"][:, None],
                             n_micro)
-    gathered = gathered_bytes(ctx, tp, pp, dp, sh)[:, None]
-    casts, step = (np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, sh, off, f["recompute"]))
+    gathered = gathered_bytes(ctx, tp, pp, dp, sh, ep)[:, None]
+    casts, step = (np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, sh, off, f["recompute"], ep))
     rec = (np.asarray(f["recompute"]).astype(bool) | ctx.selective_op)[:, None]
     allocated, reserved = train_peak_bytes(sum(parts.values())[:, None], acts, ctx, rec, gathered, (casts, step))
     return dict(parts, activations=acts, gathered_weights=gathered, weight_casts=casts,

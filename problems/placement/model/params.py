@@ -208,6 +208,30 @@ class ModelContext:
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
+    # a mixture of experts (model/moe.py; all 0 for a dense model): routed experts per MoE layer and per
+    # token, the MoE layers, all routed experts' parameters, the routed parameters one token runs in a MoE
+    # layer, and the parameters per layer a token multiplies (averaged over the layers; the dense formulas
+    # run on these)
+    moe: bool = False
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_layers: int = 0
+    expert_params: float = 0.0
+    routed_active_per_moe_layer: float = 0.0
+    active_params_per_layer: float = 0.0
+    # the KV cache is split over an engine's TP ranks (KV heads); MLA's latent is one per token, every TP
+    # rank holds all of it (vLLM's MLA backends replicate the latent cache over TP)
+    kv_tp_split: bool = True
+    # layers whose attention spans the whole context (sliding-window layers attend to their window); 0: all
+    attn_layers: int = 0
+    # the busiest EP rank's share of routed tokens over the mean (model/moe.py MOE_IMBALANCE when 0); 1 for runs
+    # that force-balance the routing (benchmarks)
+    moe_imbalance: float = 0.0
+
+    @property
+    def compute_params_per_layer(self) -> float:
+        """Weights a token multiplies per layer: the active ones of a mixture of experts."""
+        return self.active_params_per_layer if self.moe else self.params_per_layer
 
     @property
     def unit_costs(self) -> dict[str, np.ndarray]:
@@ -220,6 +244,12 @@ class ModelContext:
             self.__dict__["_unit_costs"] = {
                 "weights": self.weight_bytes / bw, "kv_read": self.kv_bytes_per_token / bw,
                 "flop_seq": 2.0 * (self.matmul_params or self.params) / fl, "flop_kv": 4.0 * self.layers * self.q_dim / fl}
+            if self.moe:  # a decode step reads the routed experts its tokens pick (model/moe.py decode_weight_s):
+                # "weights" the rest, "expert_weights" one expert in every MoE layer
+                per_expert = self.expert_params / max(self.moe_layers * self.experts, 1) * self.moe_layers
+                self.__dict__["_unit_costs"].update(
+                    weights=(self.params - self.expert_params) * self.bpe / bw, expert_weights=per_expert * self.bpe / bw,
+                    flop_kv=4.0 * (self.attn_layers or self.layers) * self.q_dim / fl)
         return self.__dict__["_unit_costs"]
 
     @property
@@ -256,7 +286,7 @@ def build_context(cluster: Cluster, workload: Workload,
             eff[k].append(float(row[k]))
     m = workload.model
     arr = lambda f, dtype=float: np.array([f(p) for p in pools], dtype=dtype)  # noqa: E731
-    return ModelContext(
+    ctx = ModelContext(
         count=arr(lambda p: p.count, np.int64),
         gpn=arr(lambda p: p.gpus_per_node, np.int64),
         flops=arr(lambda p: p.gpu.peak(workload.precision) * 1e12),
@@ -301,3 +331,26 @@ def build_context(cluster: Cluster, workload: Workload,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
         amp_autocast=workload.amp_autocast,
     )
+    for key, value in moe_fields(m).items():
+        setattr(ctx, key, value)
+    return ctx
+
+
+def moe_fields(m) -> dict:
+    """The ModelContext fields of a mixture of experts, MLA or sliding-window layers (none for a dense model,
+    so its context is as before). A MoE's `ffn` is the MLP width a token runs in an average layer (its routed
+    and shared experts), which the element-wise and activation terms read."""
+    out: dict = {}
+    if m.is_moe:
+        active_ffn = (m.dense_layers * m.ffn + m.moe_layers * (m.experts_per_token + m.shared_experts) * m.expert_ffn)
+        out.update(moe=True, experts=m.experts, experts_per_token=m.experts_per_token, moe_layers=m.moe_layers,
+                   expert_params=float(m.routed_expert_params),
+                   routed_active_per_moe_layer=float(m.experts_per_token * m.expert_params_each),
+                   active_params_per_layer=float(m.active_params_per_layer),
+                   matmul_params=float(m.layers * m.active_params_per_layer + m.vocab * m.hidden),
+                   ffn=round(active_ffn / m.layers))
+    if m.kv_lora_rank:
+        out["kv_tp_split"] = False
+    if m.sliding_layers:
+        out["attn_layers"] = m.full_attention_layers
+    return out

@@ -83,6 +83,11 @@ class EngineCosts:
         r = np.asarray(rtp, dtype=float)
         u = ctx.unit_costs
         self.weights, self.kv_read, self.flop_seq, self.flop_kv = (u[k] / r for k in UNIT_COSTS)
+        self._moe = ctx if ctx.moe else None
+        if ctx.moe:  # the routed experts a step reads depend on its batch (model/moe.py decode_weight_s)
+            self.expert_w = u["expert_weights"] / r
+        if not ctx.kv_tp_split:  # MLA: every TP rank reads the whole latent cache
+            self.kv_read = u["kv_read"] * np.ones_like(r)
         # two all-reduces of each sequence's hidden state per layer: the bytes of a ring, and per all-reduce
         # two latencies (a decode step's messages are small: one-shot all-reduces, vLLM's custom all-reduce
         # or NCCL's low-latency protocol, write to the peers and read theirs, whatever the TP degree)
@@ -94,14 +99,23 @@ class EngineCosts:
         self.fixed = (np.where(tp, 2 * ctx.layers * 2.0 * e["collective_latency_s"], 0.0) + e["decode_step_s"]
                       + ctx.layers * (DECODE_KERNELS_PER_LAYER * e["kernel_s"] + e["decode_layer_s"]))
 
+    def weights_for(self, b):
+        """Seconds to read the weights a step of `b` sequences uses (a mixture of experts: the experts its
+        tokens route to)."""
+        if self._moe is None:
+            return self.weights
+        from problems.placement.model.moe import expected_distinct_experts
+
+        return self.weights + self.expert_w * expected_distinct_experts(self._moe, b)
+
     def step(self, b, kv):
-        return np.maximum(self.weights + kv * self.kv_read, b * self.flop_seq + kv * self.flop_kv) \
+        return np.maximum(self.weights_for(b) + kv * self.kv_read, b * self.flop_seq + kv * self.flop_kv) \
             + self.fixed + b * self.per_seq
 
     def prefill(self, tokens, context):
         """Prefill of `tokens` new tokens attending to `context` earlier ones on average, in chunks."""
         compute = tokens * (self.flop_seq + context * self.flop_kv)
-        return np.maximum(compute, np.ceil(tokens / ENGINE_BATCHED_TOKENS) * self.weights)
+        return np.maximum(compute, np.ceil(tokens / ENGINE_BATCHED_TOKENS) * self.weights_for(ENGINE_BATCHED_TOKENS))
 
 
 def fixed_batch_s(ctx: ModelContext, rtp: int, batch: int, prompt: int, output: int, pool: int = 0) -> float:
@@ -110,11 +124,13 @@ def fixed_batch_s(ctx: ModelContext, rtp: int, batch: int, prompt: int, output: 
     prefill, then one decode step per output token at the full batch, the KV cache growing."""
     c = EngineCosts(ctx, np.array([rtp]))
     pick = lambda v: float(np.asarray(v).ravel()[pool] if np.ndim(v) else v)  # noqa: E731
-    w, kvr, fs, fk, fx, cs = (pick(x) for x in (c.weights, c.kv_read, c.flop_seq, c.flop_kv, c.fixed, c.per_seq))
+    w, kvr, fs, fk, fx, cs = (pick(x) for x in (c.weights_for(batch), c.kv_read, c.flop_seq, c.flop_kv, c.fixed,
+                                                c.per_seq))
     s = np.arange(output, dtype=float)
     kv = batch * (prompt + s)
     decode = np.maximum(w + kv * kvr, batch * fs + kv * fk) + fx + batch * cs
-    pre = max(batch * prompt * (fs + prompt / 2.0 * fk), np.ceil(batch * prompt / ENGINE_BATCHED_TOKENS) * w)
+    pre = max(batch * prompt * (fs + prompt / 2.0 * fk),
+              np.ceil(batch * prompt / ENGINE_BATCHED_TOKENS) * pick(c.weights_for(ENGINE_BATCHED_TOKENS)))
     return float(pre + decode.sum())
 
 
@@ -131,6 +147,8 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
     has = engines > 0
     mns = f["max_num_seqs"][:, None].astype(float)
     kv_tokens = kv_budget_bytes(ctx, rtp, f["kv_mem_frac"], f["max_num_seqs"]) / ctx.kv_bytes_per_token
+    if not ctx.kv_tp_split:  # MLA: each TP rank caches every token's latent, so the engine holds one GPU's worth
+        kv_tokens = kv_tokens / rtp
     p = float(ctx.prompt_len)
     c = EngineCosts(ctx, rtp)
     # steady continuous batching: as many sequences as the slots and the KV cache hold, at the mean age
@@ -160,7 +178,11 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
     for j in range(m.shape[1]):  # (K, N) per pool: numpy sums a short leading axis fast, a trailing one slowly
         steps = np.minimum(np.maximum(end[:, j] - lo, 0.0), seg)
         mj = m[:, j]
-        mem = steps * u["weights"][j] + mj * (u["kv_read"][j] * kv_seg)
+        mem = steps * u["weights"][j] + mj * (u["kv_read"][j] * kv_seg * (1.0 if ctx.kv_tp_split else r[:, j]))
+        if ctx.moe:  # the experts the cohort's alive sequences route to, segment by segment
+            from problems.placement.model.moe import expected_distinct_experts
+
+            mem = mem + steps * u["expert_weights"][j] * expected_distinct_experts(ctx, mj[None, :] * alive)
         comp = mj * (u["flop_seq"][j] * alive + u["flop_kv"][j] * kv_seg)
         drain[:, j] = np.maximum(mem, comp).sum(axis=0) / r[:, j] + np.asarray(c.fixed)[..., j] * steps.sum(axis=0)
     drain = drain + np.asarray(c.per_seq) * m * L.mean

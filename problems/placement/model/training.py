@@ -27,8 +27,8 @@ import numpy as np
 
 from problems.placement.model.comm import (dp_gradient_sync_s, dp_ring_bw, fsdp_collectives, fsdp_traffic_s,
                                            ring_allreduce_s, tp_collectives)
-from problems.placement.model.memory import (SHARD_NONE, eager_layers, params_sharded, selective_op_split,
-                                             state_bytes_per_param, stage_params)
+from problems.placement.model.memory import (SHARD_NONE, eager_layers, params_per_gpu, params_sharded,
+                                             selective_op_split, state_bytes_per_param)
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
 
@@ -170,8 +170,9 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     passes = (n_fwd + 2.0 * n_bwd) * np.ones(len(tp))  # matmul work in forwards (a backward is two)
     # per sample and one forward: a layer's matmuls (attention over half the keys with causal flash
     # attention, all of them where the kernel computes the full score matrix) and the LM head
-    layer_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, tok2 / tok / 2.0 if ctx.flash else tok2 / tok)
-    weight_f = layer_fwd_flops(ctx.params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
+    # a mixture of experts computes on its active parameters (ModelContext.compute_params_per_layer)
+    layer_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1, tok2 / tok / 2.0 if ctx.flash else tok2 / tok)
+    weight_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
     attn_f = layer_f - weight_f  # QK^T and AV: BF16 in an FP8 run (`ctx.flops_hp`)
     head_f = 2.0 * ctx.vocab * ctx.hidden * tok
     # selective op checkpointing (no full recompute): every second matmul and every element-wise
@@ -222,6 +223,14 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     if eager_layers(ctx):  # the host launching eager layers' kernels one by one (Python per op): the GPU waits
         # when it is the slower
         layer = np.maximum(layer, col(n_fwd) * e["hf_layer_fwd_s"] + col(n_bwd) * e["hf_layer_bwd_s"])
+    a2a = np.zeros((1, 1))
+    if ctx.moe:  # the experts' all-to-alls and the router's imbalance (model/moe.py), per layer and micro-batch
+        from problems.placement.model import moe
+
+        busy = gpus > 0
+        extra, a2a = moe.train_layer_extra_s(ctx, f, tok, mb_eff, n_fwd, n_bwd, rate, e["collective_latency_s"], busy,
+                                             _slowest_cross(ctx, busy), _regions_used(ctx, busy))
+        layer = layer + extra
     # the logits each pass through the head produces, processed element-wise over the whole vocabulary (a
     # recomputation re-runs the layers, not the head); vocabulary-parallel over TP
     rec = f["recompute"].astype(float)
@@ -246,6 +255,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         crit = lambda v: (v.sum(axis=1) / iv + (m_rep - 1.0 / iv) * np.take_along_axis(v, slow, 1)[:, 0])  # noqa: E731
         compute = chunks * crit(t_stage)
         tp_part = chunks * crit(lay * tp_comm[:, sp])
+        ep_part = chunks * crit(lay * np.broadcast_to(a2a, layer.shape)[:, sp])
         pp_part = chunks * crit(xfer[:, sp] * np.ones_like(lay))
         bubble = chunks * (t_stage.sum(axis=1) - np.take_along_axis(t_stage, slow, 1)[:, 0]) / iv
     else:
@@ -259,6 +269,8 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
     models = 1.0 + ctx.has_critic
     grad_bytes = ctx.params * g_b * models
+    if ctx.moe:  # what each GPU holds (its routed experts by EP) times the replica's GPUs
+        grad_bytes = params_per_gpu(ctx, tp, pp, f.get("ep")) * g * g_b * models
     nodes = psum(np.ceil(gpus / ctx.gpn))
     used = gpus > 0
     intra_min = pmin(np.where(used, ctx.intra, np.inf))
@@ -277,7 +289,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # backward has gathered anyway), each backward again unless units stay unsharded after forward,
     # and reduce-scatters its gradients; one micro-batch's compute on the heaviest stage hides the rest
     gathers = n_fwd - f["recompute"].astype(float) * models + np.where(ctx.reshard_after_forward, n_bwd, 0.0)
-    stage_w = stage_params(ctx, pp) / tp
+    stage_w = params_per_gpu(ctx, tp, pp, f.get("ep"))
     ring = dp_ring_bw(intra_min, inter_min, gpn_min, g, nodes, cross_bw, regions)
     traffic, one_ag = fsdp_traffic_s(stage_w * w_b, stage_w * g_b, dp, ring, lat, gathers, n_bwd)
     # each pool's ranks against their own micro-batches (N, P): a faster pool runs more of them, each
@@ -298,11 +310,12 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         at = lambda v: np.take_along_axis(np.broadcast_to(v, per_pool.shape), j, 1)[:, 0]  # noqa: E731
         compute, dp_sync = at(per_pool), at(sync)
         tp_part = chunks * at((ctx.layers / iv + (m - 1.0 / iv) * per_stage) * tp_comm)
+        ep_part = chunks * at((ctx.layers / iv + (m - 1.0 / iv) * per_stage) * a2a)
         pp_part = chunks * at((pp[:, None] / iv + m - 1.0 / iv) * xfer)
         bubble = chunks * at(every - heaviest) / iv
     # optimizer step: on GPU, streams the shard's Adam state through HBM (read + write);
     # offloaded, gradients go down and weights come up over the host link and CPU Adam runs
-    psh = stage_params(ctx, pp) / tp
+    psh = params_per_gpu(ctx, tp, pp, f.get("ep"))
     o_div = np.where(f["sharding"] == SHARD_NONE, 1.0, np.maximum(dp, 1))
     shard = psh / o_div * models
     hbm_min = pmin(np.where(used, ctx.hbm * e["decode_eff"], np.inf))
@@ -319,6 +332,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         "pipeline_bubble_s": u * bubble,
         "tp_comm_s": u * tp_part,
         "pp_comm_s": u * pp_part,
+        "ep_comm_s": u * ep_part,
         "dp_sync_s": dp_sync,
         "optimizer_s": opt,
         "train_s": compute + dp_sync + opt,
