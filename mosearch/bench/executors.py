@@ -3,11 +3,13 @@ the throughput its rules cost.
 
 For each case (cluster x workload) it searches the unrestricted front (`mosearch plan`) and one front
 per executor (`mosearch plan --executor verl|areal|rlinf`) with the same seed and budget, then:
-- accepted / total: the plans of the front (front.csv) whose export the executor's start-up code starts
-  asking for exactly the plan's GPUs, DP, TP/PP, critic layout and engines (tests/export/targets.py:
-  verl 0.9.1's hydra compose + validate_config + dataclasses + v1 trainer __init__ +
-  _init_resource_pool_mgr; AReaL 1.0.4's config load, _validate_cfg, scheduler colocation rule,
-  allocation parsers and distributed-launcher check; RLinf 0.3.0's config checks and placement);
+- accepted / total: the plans of the front (front.csv) whose export, written as `mosearch export --out`
+  writes it and composed exactly as the command in its header composes it, the executor's own start-up
+  code starts asking for exactly the plan's GPUs, DP, TP/PP, critic layout and engines (tests/export/
+  targets.py: verl 0.9.1's validate_config (Megatron or FSDP actor config), v1 trainer __init__ and
+  _init_resource_pool_mgr; AReaL 1.0.4's load_expr_config, PPOTrainer.__init__ and its scheduler's
+  allocation of every role up to the worker processes; RLinf 0.3.0's validate_cfg whole and placement);
+  a missing executor package stops the benchmark with an error (it is not a refusal);
 - the same for the unrestricted front exported to that executor (what a user got before);
 - the throughput cost of the rules: the fastest plan of the executor's front against the unrestricted
   front's (same search, same budget), and the structured stage's fastest with and without the rules
@@ -57,19 +59,21 @@ def _search(cluster: Path, workload: Path, out: Path, executor: str, evals: int)
     return res, None
 
 
-def _accepted(executor: str, plans, ctx, workload, model_path) -> tuple[int, str]:
-    from tests.export.targets import check_areal, check_rlinf, check_verl
+class MissingPackage(RuntimeError):
+    """An executor's package (or one it imports) is not installed: the check could not run. An error of the
+    environment, never counted as a refusal."""
+
+
+def _accepted(executor: str, plans, ctx, workload, work) -> tuple[int, str]:
+    from tests.export.targets import CHECKS
 
     ok, first = 0, ""
     for plan in plans:
         try:
-            if executor == "verl":
-                check_verl(plan, ctx, workload, model_path)
-            elif executor == "areal":
-                check_areal(plan, ctx, workload)
-            else:
-                check_rlinf(plan, ctx, workload)
+            CHECKS[executor](plan, ctx, workload, work)
             ok += 1
+        except ImportError as err:  # ModuleNotFoundError included: nothing was checked
+            raise MissingPackage(f"{executor}: {type(err).__name__}: {err}") from err
         except Exception as err:  # a refusal, or asking for other GPUs / layout than planned
             first = first or f"{type(err).__name__}: {(str(err).splitlines() or ['(no message)'])[0][:110]}"
     return ok, first
@@ -83,11 +87,11 @@ def main() -> None:
 
     from mosearch.export import ExportContext
     from problems.placement.specs import load_cluster, load_workload
-    from trainer.models.tiny import build_tiny
+    from tests.export.targets import new_workdir
 
     t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="exec-bench-"))
-    model_path = str(build_tiny(tmp / "tiny"))  # verl reads the critic's HF config: a local stand-in
+    work = new_workdir()  # the exports as written, the users' base configs beside them, a local stand-in model
     rows = []
     for cluster_name, wl in SHIPPED + NEW:
         cpath, wpath = _cluster_path(cluster_name), ROOT / f"problems/workloads/{wl}.yaml"
@@ -99,8 +103,12 @@ def main() -> None:
         for ex in EXECUTORS:
             res, why = _search(cpath, wpath, tmp / f"{cluster_name}-{wl}-{ex}", ex, args.evals)
             plans = [res.plans[i] for i in res.front] if res else []
-            ok, first = _accepted(ex, plans, ctx, w, model_path)
-            before, before_why = _accepted(ex, free_plans, ctx, w, model_path)
+            try:
+                ok, first = _accepted(ex, plans, ctx, w, work)
+                before, before_why = _accepted(ex, free_plans, ctx, w, work)
+            except MissingPackage as err:
+                sys.exit(f"mosearch.bench.executors: cannot check: {err} (install the executor's package; "
+                         "a missing package is not a refusal)")
             best = max((p.predicted["throughput_samples_s"] for p in plans), default=0.0)
             r = res.restriction if res else None
             rows.append({
@@ -130,13 +138,15 @@ def write_table(rows: list[dict], args, wall: float) -> None:
         f"x86_64, Python {platform.python_version()}).",
         "",
         f"- Fronts: `mosearch plan` with `--evals {args.evals} --seed 1` (plus its structured stage), unrestricted and "
-        "with `--executor`; every plan of front.csv is exported (`mosearch export`'s exporters) and started by the "
-        "executor's own code (tests/export/targets.py): verl 0.9.1 (hydra compose with the export as overrides, "
-        "validate_config, actor/rollout/critic dataclasses, the v1 trainer's __init__ and _init_resource_pool_mgr), "
-        "AReaL 1.0.4 (config load, PPOTrainer._validate_cfg, LocalScheduler's colocation rule, allocation parsers, "
-        "validate_config_for_distributed_launcher), RLinf 0.3.0 (ClusterConfig, validate_reasoning_cfg, FSDP "
-        "checks, ModelParallelComponentPlacement and every component's placement on the plan's nodes). "
-        "Accepted = started, asking for exactly the plan's GPUs per node, DP, TP/PP, critic layout and engines.",
+        "with `--executor`; every plan of front.csv is exported as `mosearch export --out` writes it, composed exactly "
+        "as the command in its header composes it, and started by the executor's own code as far as it runs without "
+        "GPUs (tests/export/targets.py): verl 0.9.1 (hydra compose of the file on its ppo_trainer / "
+        "ppo_megatron_trainer, validate_config with the Megatron or FSDP actor config, the v1 trainer's __init__ and "
+        "_init_resource_pool_mgr), AReaL 1.0.4 (load_expr_config, PPOTrainer.__init__ and its scheduler's allocation "
+        "of every role, up to the worker processes), RLinf 0.3.0 (hydra compose, validate_cfg whole: Megatron and "
+        "FSDP branches, the vocabulary-per-TP check; ModelParallelComponentPlacement and every component's placement "
+        "on the plan's nodes). Accepted = started, asking for exactly the plan's GPUs per node, DP, TP/PP, critic "
+        "layout and engines. A missing executor package stops the benchmark with an error.",
         "- `unrestricted`: the unrestricted front's plans exported to that executor (what a user got before).",
         "- Cost: 1 - (fastest plan of the executor's front) / (fastest of the unrestricted front), same search and "
         "budget; `stage` is what `mosearch plan --executor` prints: the structured stage's fastest plan with / "

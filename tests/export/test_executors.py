@@ -1,9 +1,10 @@
 """Fronts searched for an executor (`mosearch plan --executor`) start in that executor as planned.
 
 Every plan of the front (front.csv) of a 7B GRPO run on mixed-64, 70B PPO runs on h100-64 and mixed-64
-and a small 1.5B run on mixed-8, per executor, is exported and started by the executor's own start-up
-code (tests/export/targets.py): a refusal fails the test, and what the executor asks for (GPUs per
-node and in all, DP, TP/PP, the critic's layout, engines, mode) must be exactly the plan's.
+and a small 1.5B run on mixed-8, per executor, is written as `mosearch export --out` writes it, composed
+exactly as the command in its header composes it, and started by the executor's own start-up code
+(tests/export/targets.py, which names what needs GPUs): a refusal fails the test, and what the executor
+asks for (GPUs per node and in all, DP, TP/PP, the critic's layout, engines, mode) must be exactly the plan's.
 
 The fronts are searched once per session with a reduced budget (conftest.py `fronts`), so CI spends its
 time on the executors' checks.
@@ -22,7 +23,7 @@ from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
 
 from .conftest import EVALS, front_paths as _paths
-from .targets import check_areal, check_rlinf, check_verl
+from .targets import CHECKS, Workdir, new_workdir
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = [("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"), ("mixed-64", "llama3.1-70b-ppo"),
@@ -33,45 +34,41 @@ EMPTY = {("areal", "mixed-64", "llama3.1-70b-ppo")}
 
 
 @pytest.fixture(scope="session")
-def model_path(tmp_path_factory) -> str:
-    """verl reads the critic's HF config from disk: the local tiny model stands in for the user's."""
+def work(tmp_path_factory) -> Workdir:
+    """Where the exports are written, the users' base configs beside them; the local tiny model stands in
+    for the user's weights (verl reads the critic's HF config, AReaL the tokenizer)."""
     from trainer.models.tiny import build_tiny
 
-    return str(build_tiny(tmp_path_factory.mktemp("model") / "tiny"))
+    root = tmp_path_factory.mktemp("exports")
+    return Workdir(root, str(build_tiny(root / "tiny")))
 
 
-CHECKS = {"verl": check_verl, "areal": check_areal, "rlinf": check_rlinf}
 PARAMS = [(e, c, w) for e in CHECKS for c, w in CASES if (e, c, w) not in EMPTY]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor,cluster,workload", PARAMS, ids=[f"{e}-{c}-{w}" for e, c, w in PARAMS])
-def test_every_front_plan_starts_in_its_executor_as_planned(fronts, model_path, executor, cluster, workload):
+def test_every_front_plan_starts_in_its_executor_as_planned(fronts, work, executor, cluster, workload):
     plans, c, w = fronts(executor, cluster, workload)
     assert plans, "the front is empty"
     ctx = ExportContext.from_specs(c, w)
     problem = PlacementProblem(c, w, executor=executor)
     for plan in plans:
         assert problem.executor_problem(plan) is None
-        if executor == "verl":
-            check_verl(plan, ctx, w, model_path)
-        else:
-            CHECKS[executor](plan, ctx, w)
+        CHECKS[executor](plan, ctx, w, work)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", list(CHECKS))
-def test_weight_paths_from_a_model_directory_pass_each_executors_start_up(fronts, model_path, executor):
+def test_weight_paths_from_a_model_directory_pass_each_executors_start_up(fronts, work, executor):
     """A workload naming a model directory: the export fills the weight keys (verl: the critic's too,
-    PPO), and the executor's start-up code takes the config with them."""
+    PPO), its command needs no placeholder, and the executor's start-up code takes the config with them."""
     import dataclasses
 
     plans, c, w = fronts(executor, "h100-64", "llama3.1-70b-ppo")
-    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=model_path)
-    if executor == "verl":
-        check_verl(plans[0], ctx, w, model_path)
-    else:
-        CHECKS[executor](plans[0], ctx, w)
+    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=work.model_path)
+    got = CHECKS[executor](plans[0], ctx, w, work)
+    assert "MODEL_DIR" not in got["path"].read_text()
 
 
 @pytest.mark.slow
