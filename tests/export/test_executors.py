@@ -65,8 +65,18 @@ def test_weight_paths_from_a_model_directory_pass_each_executors_start_up(fronts
     PPO), its command needs no placeholder, and the executor's start-up code takes the config with them."""
     import dataclasses
 
+    import shutil
+
+    from .targets import hf_config_dir
+
     plans, c, w = fronts(executor, "h100-64", "llama3.1-70b-ppo")
-    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=work.model_path)
+    # the workload's model as a directory: its architecture's config.json (RLinf divides its vocabulary by
+    # TP), the stand-in tokenizer beside it (AReaL loads one)
+    model_dir = Path(hf_config_dir(w.model, work.root / f"model-dir-{executor}"))
+    for f in Path(work.model_path).iterdir():
+        if "token" in f.name or f.name in ("vocab.json", "merges.txt"):
+            shutil.copy(f, model_dir / f.name)
+    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=str(model_dir))
     got = CHECKS[executor](plans[0], ctx, w, work)
     assert "MODEL_DIR" not in got["path"].read_text()
 
@@ -140,3 +150,23 @@ def test_an_areal_front_is_scored_with_the_eager_modules_it_runs(tmp_path):
     why = areal.executor_refusal(fused_plan)
     assert why.startswith("AReaL 1.0.4 trains Hugging Face's eager modules") and "\n" not in why
     assert f"{ra['peak_mem_frac'][tight[0]]:.0%} of its GPUs' memory" in why
+
+
+def test_a_missing_package_is_an_error_of_the_bench_not_a_refusal(monkeypatch):
+    """mosearch.bench.executors: a refusal (the executor's assertion) counts against the plan; an ImportError
+    (the executor's package, or one it imports, missing) stops the benchmark naming it."""
+    from mosearch.bench import executors as B
+    from tests.export import targets as T
+
+    def refuses(plan, ctx, workload, work):
+        raise AssertionError("n_gpus (56) must be divisible by model_parallel_size (16)")
+
+    def missing(plan, ctx, workload, work):
+        raise ModuleNotFoundError("No module named 'verl'", name="verl")
+
+    monkeypatch.setitem(T.CHECKS, "verl", refuses)
+    assert B._accepted("verl", [object(), object()], None, None, None) == (
+        0, "AssertionError: n_gpus (56) must be divisible by model_parallel_size (16)")
+    monkeypatch.setitem(T.CHECKS, "verl", missing)
+    with pytest.raises(B.MissingPackage, match="verl: ModuleNotFoundError: No module named 'verl'"):
+        B._accepted("verl", [object()], None, None, None)

@@ -153,11 +153,12 @@ def verl_plans(fronts):
     rollout and training sit on different GPU types (started through mosearch.export.launch_verl)."""
     plans, c, w = fronts("verl", "mixed-64", "qwen2.5-7b-grpo")
     ctx = ExportContext.from_specs(c, w)
-    pick = {
-        "megatron": next(p for p in plans if V.megatron(p)),
-        "fsdp": next((p for p in plans if not V.megatron(p)), None),
-        "pinned": next((p for p in plans if launch.needs_role_pinning(p, ctx)), None),
-    }
+    def first(want):  # verl's own entry where the front has such a plan
+        found = [p for p in plans if want(p)]
+        return next((p for p in found if not launch.needs_role_pinning(p, ctx)), found[0] if found else None)
+
+    pick = {"megatron": first(V.megatron), "fsdp": first(lambda p: not V.megatron(p)),
+            "pinned": next((p for p in plans if launch.needs_role_pinning(p, ctx)), None)}
     return pick, ctx, w
 
 
@@ -176,6 +177,9 @@ def test_verls_own_main_runs_the_printed_command(verl_plans, tmp_path, kind):
     work = Workdir(tmp_path, str(build_tiny(tmp_path / "tiny")))
     got = check_verl(plan, ctx, w, work, via_main=True)
     hook = got["config"].ray_kwargs.ray_init.runtime_env.get("worker_process_setup_hook")
-    assert hook == (LV.HOOK if kind == "pinned" else None)
+    pinned = launch.needs_role_pinning(plan, ctx)
+    assert pinned or kind != "pinned"
+    assert hook == (LV.HOOK if pinned else None)
     words = shlex.split(launch.commands("verl", plan, ctx, got["path"])[-1])
-    assert words[2] == ("mosearch.export.launch_verl" if kind == "pinned" else "verl.trainer.main_ppo")
+    assert words[2] == ("mosearch.export.launch_verl" if pinned else "verl.trainer.main_ppo")
+    assert (got["config"].actor_rollout_ref.actor.strategy == "megatron") == V.megatron(plan)
