@@ -124,6 +124,20 @@ def main() -> None:
     write_table(rows, args, wall)
 
 
+def _commit() -> str:
+    """The commit the benchmark ran at (with `+changes` when the tree differed from it)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if x else "-"
 
@@ -135,7 +149,7 @@ def write_table(rows: list[dict], args, wall: float) -> None:
         "",
         f"Regenerate with `python -m mosearch.bench.executors --evals {args.evals} --out {args.out}` "
         f"({wall:.0f} s on a shared 2-core machine, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; "
-        f"x86_64, Python {platform.python_version()}).",
+        f"{platform.machine()}, Python {platform.python_version()}; at commit {_commit()}, {time.strftime('%Y-%m-%d')}).",
         "",
         f"- Fronts: `mosearch plan` with `--evals {args.evals} --seed 1` (plus its structured stage), unrestricted and "
         "with `--executor`; every plan of front.csv is exported as `mosearch export --out` writes it, composed exactly "

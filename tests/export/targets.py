@@ -293,6 +293,16 @@ def areal_load(path: Path, algorithm: str):
     return config
 
 
+def areal_spmd(config):
+    """What AReaL's SPMD launchers (`python3 -m areal.infra.launcher.local|ray ENTRY --config FILE`) check
+    of the same file: the legacy allocation string and the cluster size."""
+    from areal.api.alloc_mode import _AllocationMode
+    from areal.infra.utils.launcher import validate_config_for_distributed_launcher
+
+    validate_config_for_distributed_launcher(config)
+    return _AllocationMode.from_str(config.allocation_mode)
+
+
 class _Process:
     """A worker process the local scheduler would have started (it is not: its model needs GPUs)."""
 
@@ -710,6 +720,9 @@ def check_areal(plan, ctx, workload, work: Workdir) -> dict:
         assert len(set(used)) == len(used) == plan.used_gpus, "roles share GPUs the plan keeps apart"
     cfg = got["config"]
     assert cfg.cluster.n_nodes * cfg.cluster.n_gpus_per_node == plan.used_gpus
+    legacy = areal_spmd(cfg)  # the file also serves AReaL's SPMD launchers (areal.infra.launcher.*)
+    assert (legacy.gen.world_size, legacy.train.world_size) == (r.world_size, actor.world_size)
+    assert legacy.gen.tp_size == r.tp_size and legacy.train.tp_size == t.tp
     assert cfg.scheduler.type == ("ray" if len(L.nodes(plan, ctx)) > 1 else "local")
     assert cfg.rollout.max_head_offpolicyness == plan.execution.staleness_bound
     assert cfg.gconfig.n_samples * cfg.train_dataset.batch_size == workload.samples_per_step

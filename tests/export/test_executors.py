@@ -1,7 +1,9 @@
 """Fronts searched for an executor (`mosearch plan --executor`) start in that executor as planned.
 
-Every plan of the front (front.csv) of a 7B GRPO run on mixed-64, 70B PPO runs on h100-64 and mixed-64
-and a small 1.5B run on mixed-8, per executor, is written as `mosearch export --out` writes it, composed
+Every plan of the front (front.csv) of results/bench/executors.md's cases (a 7B GRPO run on mixed-64, 70B
+PPO runs on h100-64 and mixed-64, a small 1.5B run on mixed-8, and the three clusters written for that
+benchmark: H200 + L40S in two regions, A100 nodes of uneven sizes, H100 + A10G in three regions with a 32B
+model), per executor, is written as `mosearch export --out` writes it, composed
 exactly as the command in its header composes it, and started by the executor's own start-up code
 (tests/export/targets.py, which names what needs GPUs): a refusal fails the test, and what the executor
 asks for (GPUs per node and in all, DP, TP/PP, the critic's layout, engines, mode) must be exactly the plan's.
@@ -22,12 +24,14 @@ from problems.errors import NoFeasiblePlan
 from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
 
+from mosearch.bench import executors as B
+
 from .conftest import EVALS, front_paths as _paths
 from .targets import CHECKS, Workdir, new_workdir
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = [("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"), ("mixed-64", "llama3.1-70b-ppo"),
-         ("mixed-8", "qwen2.5-1.5b-grpo")]
+# results/bench/executors.md's cases: the shipped clusters and those written for that benchmark
+CASES = B.SHIPPED + B.NEW
 # AReaL has no optimizer offload during the step and always shards fully: 70B PPO does not fit
 # mixed-64's GPUs without it (the model's memory), so that front is empty (checked below)
 EMPTY = {("areal", "mixed-64", "llama3.1-70b-ppo")}
