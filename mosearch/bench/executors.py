@@ -89,7 +89,7 @@ def main() -> None:
     from problems.placement.specs import load_cluster, load_workload
     from tests.export.targets import new_workdir
 
-    t0 = time.time()
+    t0, commit = time.time(), _commit()  # the code it runs is imported now
     tmp = Path(tempfile.mkdtemp(prefix="exec-bench-"))
     work = new_workdir()  # the exports as written, the users' base configs beside them, a local stand-in model
     rows = []
@@ -121,7 +121,7 @@ def main() -> None:
             print(f"{ex:6s} {cluster_name} x {wl}: accepted {ok}/{len(plans)} (unrestricted front {before}/"
                   f"{len(free_plans)}), best {best:.3g} vs {free_best:.3g} samples/s", flush=True)
     wall = time.time() - t0
-    write_table(rows, args, wall)
+    write_table(rows, args, wall, commit)
 
 
 def _commit() -> str:
@@ -142,14 +142,14 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if x else "-"
 
 
-def write_table(rows: list[dict], args, wall: float) -> None:
+def write_table(rows: list[dict], args, wall: float, commit: str) -> None:
     load = os.getloadavg()
     lines = [
         "# Fronts a team can run: executors' start-up code on every front plan, and what their rules cost",
         "",
         f"Regenerate with `python -m mosearch.bench.executors --evals {args.evals} --out {args.out}` "
         f"({wall:.0f} s on a shared 2-core machine, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; "
-        f"{platform.machine()}, Python {platform.python_version()}; at commit {_commit()}, {time.strftime('%Y-%m-%d')}).",
+        f"{platform.machine()}, Python {platform.python_version()}; at commit {commit}, {time.strftime('%Y-%m-%d')}).",
         "",
         f"- Fronts: `mosearch plan` with `--evals {args.evals} --seed 1` (plus its structured stage), unrestricted and "
         "with `--executor`; every plan of front.csv is exported as `mosearch export --out` writes it, composed exactly "

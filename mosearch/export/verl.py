@@ -1,5 +1,6 @@
-"""A plan as verl configuration: hydra keys to merge into verl 0.9.1's `ppo_trainer` (FSDP) or
-`ppo_megatron_trainer` (train TP/PP > 1) config, for its v1 trainer (`trainer.use_v1`).
+"""A plan as verl configuration: the keys of a hydra config on verl 0.9.1's `ppo_trainer` (FSDP) or
+`ppo_megatron_trainer` (train TP/PP > 1), for its v1 trainer (`trainer.use_v1`); launch.py adds the
+defaults list and the command that starts it.
 
 Colocated plans run `trainer.v1.trainer_mode: sync` (hybrid engine); disaggregated and async plans
 run `separate_async` (standalone rollout nodes). Keys and meanings are listed in docs/export.md
