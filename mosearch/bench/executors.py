@@ -64,19 +64,29 @@ class MissingPackage(RuntimeError):
     environment, never counted as a refusal."""
 
 
-def _accepted(executor: str, plans, ctx, workload, work) -> tuple[int, str]:
+def _megatron(executor: str, plan, workload) -> bool:
+    """Whether the export trains with Megatron (verl: TP/PP; AReaL: PP; RLinf: TP/PP, and PPO's critic)."""
+    t = plan.train
+    if executor == "areal":
+        return t.pp > 1
+    return t.tp > 1 or t.pp > 1 or (executor == "rlinf" and workload.algorithm == "ppo")
+
+
+def _accepted(executor: str, plans, ctx, workload, work) -> tuple[int, str, int]:
+    """(plans started as planned, the first refusal, Megatron plans among those started)."""
     from tests.export.targets import CHECKS
 
-    ok, first = 0, ""
+    ok, first, megatron = 0, "", 0
     for plan in plans:
         try:
             CHECKS[executor](plan, ctx, workload, work)
             ok += 1
+            megatron += _megatron(executor, plan, workload)
         except ImportError as err:  # ModuleNotFoundError included: nothing was checked
             raise MissingPackage(f"{executor}: {type(err).__name__}: {err}") from err
         except Exception as err:  # a refusal, or asking for other GPUs / layout than planned
             first = first or f"{type(err).__name__}: {(str(err).splitlines() or ['(no message)'])[0][:110]}"
-    return ok, first
+    return ok, first, megatron
 
 
 def main() -> None:
@@ -104,8 +114,8 @@ def main() -> None:
             res, why = _search(cpath, wpath, tmp / f"{cluster_name}-{wl}-{ex}", ex, args.evals)
             plans = [res.plans[i] for i in res.front] if res else []
             try:
-                ok, first = _accepted(ex, plans, ctx, w, work)
-                before, before_why = _accepted(ex, free_plans, ctx, w, work)
+                ok, first, megatron = _accepted(ex, plans, ctx, w, work)
+                before, before_why, _ = _accepted(ex, free_plans, ctx, w, work)
             except MissingPackage as err:
                 sys.exit(f"mosearch.bench.executors: cannot check: {err} (install the executor's package; "
                          "a missing package is not a refusal)")
@@ -113,7 +123,7 @@ def main() -> None:
             r = res.restriction if res else None
             rows.append({
                 "executor": ex, "case": f"{cluster_name} x {wl}", "new": (cluster_name, wl) in NEW,
-                "accepted": ok, "total": len(plans), "before": before, "before_total": len(free_plans),
+                "accepted": ok, "total": len(plans), "megatron": megatron, "before": before, "before_total": len(free_plans),
                 "best": best, "free_best": free_best,
                 "cost": 1 - best / free_best if free_best > 0 else float("nan"),
                 "stage": r, "why": why, "first": first, "before_why": before_why,
@@ -168,14 +178,14 @@ def write_table(rows: list[dict], args, wall: float, commit: str) -> None:
         "- Clusters marked * were written for this benchmark (benchmarks/clusters/exec-*.yaml); no rule was tuned "
         "on them.",
         "",
-        "| executor | case | accepted as planned | unrestricted front accepted | fastest, executor front | fastest, "
-        "unrestricted | throughput cost | stage: with / without rules |",
+        "| executor | case | accepted as planned (Megatron) | unrestricted front accepted | fastest, executor front | "
+        "fastest, unrestricted | throughput cost | stage: with / without rules |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         st = r["stage"]
         stage = f"{_fmt(st['restricted'])} / {_fmt(st['unrestricted'])}" if st else "-"
-        acc = f"{r['accepted']}/{r['total']}" if r["total"] else "no plan"
+        acc = f"{r['accepted']}/{r['total']} ({r['megatron']})" if r["total"] else "no plan"
         cost = f"{100 * r['cost']:.1f}%" if r["total"] and r["free_best"] else ("100%" if r["free_best"] else "-")
         lines.append(f"| {r['executor']} | {r['case']}{' *' if r['new'] else ''} | {acc} | "
                      f"{r['before']}/{r['before_total']} | {_fmt(r['best'])} | {_fmt(r['free_best'])} | {cost} | {stage} |")
@@ -183,9 +193,11 @@ def write_table(rows: list[dict], args, wall: float, commit: str) -> None:
     for ex in EXECUTORS:
         mine = [r for r in rows if r["executor"] == ex]
         a, t = sum(r["accepted"] for r in mine), sum(r["total"] for r in mine)
+        m = sum(r["megatron"] for r in mine)
         b, bt = sum(r["before"] for r in mine), sum(r["before_total"] for r in mine)
         costs = [r["cost"] for r in mine if r["total"] and r["free_best"]]
-        lines.append(f"- {ex}: {a}/{t} front plans accepted as planned ({100 * a / max(t, 1):.0f}%); the unrestricted "
+        lines.append(f"- {ex}: {a}/{t} front plans accepted as planned ({100 * a / max(t, 1):.0f}%; {m} of them train with "
+                     f"Megatron); the unrestricted "
                      f"fronts' plans {b}/{bt} ({100 * b / max(bt, 1):.0f}%); throughput cost median "
                      f"{100 * sorted(costs)[len(costs) // 2]:.1f}% over the cases with a front" if costs else
                      f"- {ex}: {a}/{t} accepted")

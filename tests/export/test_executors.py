@@ -170,7 +170,7 @@ def test_a_missing_package_is_an_error_of_the_bench_not_a_refusal(monkeypatch):
 
     monkeypatch.setitem(T.CHECKS, "verl", refuses)
     assert B._accepted("verl", [object(), object()], None, None, None) == (
-        0, "AssertionError: n_gpus (56) must be divisible by model_parallel_size (16)")
+        0, "AssertionError: n_gpus (56) must be divisible by model_parallel_size (16)", 0)
     monkeypatch.setitem(T.CHECKS, "verl", missing)
     with pytest.raises(B.MissingPackage, match="verl: ModuleNotFoundError: No module named 'verl'"):
         B._accepted("verl", [object()], None, None, None)
