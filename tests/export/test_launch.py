@@ -188,31 +188,19 @@ def test_verls_own_main_runs_the_printed_command(verl_plans, tmp_path, kind):
 @pytest.mark.integration
 def test_ray_places_launch_verls_pools_only_on_their_roles_gpus():
     """A real local Ray node started as the header's `ray start` line for a node holding both roles
-    (2 rollout and 2 training GPUs, as logical GPUs): verl's own pools, after install(), take the roles'
-    units; a third training GPU is not there, so a trainer pool asking for it waits though the node still
-    has free GPUs, while an unpinned pool of the same size is placed."""
-    import ray
-    from verl.single_controller.ray import base
+    (2 rollout and 2 training GPUs, as logical GPUs, 2 more free): verl's own pools, after install(), take
+    the roles' units; a trainer pool asking for a third training GPU waits though the node has free GPUs,
+    while an unpinned pool of the same size is placed (tests/export/ray_pinning.py, its own process)."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    if ray.is_initialized():
-        pytest.fail("a Ray instance is already running in this process")
-    ray.init(num_cpus=16, num_gpus=6, resources={LV.ROLLOUT_RESOURCE: 2, LV.TRAIN_RESOURCE: 2},
-             include_dashboard=False, log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1")
-    original = base.placement_group
-    try:
-        LV.install()
-        pools = {name: base.RayResourcePool(process_on_nodes=[2], max_colocate_count=1, name_prefix=name)
-                 for name in ("global_pool", "rollout_pool_0")}
-        for pool in pools.values():
-            (pg,) = pool.get_placement_groups()  # waits until Ray placed it
-            assert pg.bundle_count == 2
-        avail = ray.available_resources()
-        assert avail.get(LV.TRAIN_RESOURCE, 0) == 0 and avail.get(LV.ROLLOUT_RESOURCE, 0) == 0
-        assert avail["GPU"] == 2  # two GPUs still free, of no role
-        more = base.placement_group([{"CPU": 1, "GPU": 1}], strategy="STRICT_PACK", name="global_poolverl_group_1:0")
-        assert not more.wait(timeout_seconds=3)  # a third training GPU: there is none
-        other = base.placement_group([{"CPU": 1, "GPU": 1}], strategy="STRICT_PACK", name="other_pool")
-        assert other.wait(timeout_seconds=30)  # unpinned: placed on the free GPUs
-    finally:
-        base.placement_group = original
-        ray.shutdown()
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "tests.export.ray_pinning"], cwd=root, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert all(b[LV.TRAIN_RESOURCE] == 1 for b in out["bundles"]["global_pool"])
+    assert all(b[LV.ROLLOUT_RESOURCE] == 1 for b in out["bundles"]["rollout_pool_0"])
+    assert out["left"] == {"GPU": 2, LV.TRAIN_RESOURCE: 0, LV.ROLLOUT_RESOURCE: 0}
+    assert out["third_train_placed"] is False and out["unpinned_placed"] is True
