@@ -204,3 +204,40 @@ def test_ray_places_launch_verls_pools_only_on_their_roles_gpus():
     assert all(b[LV.ROLLOUT_RESOURCE] == 1 for b in out["bundles"]["rollout_pool_0"])
     assert out["left"] == {"GPU": 2, LV.TRAIN_RESOURCE: 0, LV.ROLLOUT_RESOURCE: 0}
     assert out["third_train_placed"] is False and out["unpinned_placed"] is True
+
+
+def test_the_executors_megatron_checks_run_and_refuse(tmp_path, ctx):
+    """The Megatron branches are the executors' own: RLinf's validate_cfg divides the model's vocabulary by
+    TP (a vocabulary it cannot split is refused), verl's validate_config divides the step's samples by
+    Megatron DP x micro-batch (a micro-batch that does not split them is refused)."""
+    from problems.placement.specs import load_workload
+
+    from .conftest import WORKLOAD, make_plan, pool
+    from .targets import (Workdir, hf_config_dir, rlinf_base, rlinf_compose, rlinf_start_config, verl_compose_file,
+                          verl_start)
+
+    w = load_workload(WORKLOAD)
+    plan = make_plan("mega", [pool("A100-80G@eu-west", shared=16, tp=2)],
+                     {"dp": 8, "tp": 2, "pp": 1, "sharding": "zero1", "micro_batch": 1}, "colocated")
+    nodes = [(n.gpu, n.size) for n in L.nodes(plan, ctx)]
+    work = Workdir(tmp_path, "unused")
+    for vocab, refused in ((w.model.vocab, False), (w.model.vocab + 1, True)):  # Qwen2.5's 152064, then odd
+        folder = tmp_path / f"rlinf-{vocab}"
+        model = w.model.model_copy(update={"vocab": vocab})
+        folder.mkdir()
+        (folder / "rlinf_base.yaml").write_text(yaml.safe_dump(rlinf_base(hf_config_dir(model, folder / "model"))))
+        merged = rlinf_compose(write_export("rlinf", plan, ctx, folder))
+        if refused:
+            with pytest.raises(AssertionError, match=rf"padded_vocab_size \({vocab}\) must be divisible by "
+                                                     r"tensor_model_parallel_size \(2\)"):
+                rlinf_start_config(merged, nodes)
+        else:
+            got = rlinf_start_config(merged, nodes)["config"]
+            assert got.actor.model.padded_vocab_size == vocab and got.actor.training_backend == "megatron"
+    # verl: 128 x 8 samples over DP 8 x micro-batch 3 do not split
+    odd = plan.model_copy(update={"train": plan.train.model_copy(update={"micro_batch": 3})})
+    config = verl_compose_file(write_export("verl", odd, ctx, work.folder("verl")),
+                               ["actor_rollout_ref.model.path=/m"])
+    with pytest.raises(AssertionError, match=r"real_train_batch_size \(1024\) must be divisible by minimal possible "
+                                             r"batch size \(24\)"):
+        verl_start(config)
