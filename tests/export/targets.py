@@ -49,7 +49,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from mosearch.export import EXPORTERS, render
+from mosearch.export import render
 from mosearch.export import launch as X
 from mosearch.export import layout as L
 from mosearch.export import verl as V

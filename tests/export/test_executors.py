@@ -27,7 +27,7 @@ from problems.placement.specs import load_cluster, load_workload
 from mosearch.bench import executors as B
 
 from .conftest import EVALS, front_paths as _paths
-from .targets import CHECKS, Workdir, new_workdir
+from .targets import CHECKS, Workdir
 
 ROOT = Path(__file__).resolve().parents[2]
 # results/bench/executors.md's cases: the shipped clusters and those written for that benchmark
