@@ -3,11 +3,13 @@ the throughput its rules cost.
 
 For each case (cluster x workload) it searches the unrestricted front (`mosearch plan`) and one front
 per executor (`mosearch plan --executor verl|areal|rlinf`) with the same seed and budget, then:
-- accepted / total: the plans of the front (front.csv) whose export the executor's start-up code starts
-  asking for exactly the plan's GPUs, DP, TP/PP, critic layout and engines (tests/export/targets.py:
-  verl 0.9.1's hydra compose + validate_config + dataclasses + v1 trainer __init__ +
-  _init_resource_pool_mgr; AReaL 1.0.4's config load, _validate_cfg, scheduler colocation rule,
-  allocation parsers and distributed-launcher check; RLinf 0.3.0's config checks and placement);
+- accepted / total: the plans of the front (front.csv) whose export, written as `mosearch export --out`
+  writes it and composed exactly as the command in its header composes it, the executor's own start-up
+  code starts asking for exactly the plan's GPUs, DP, TP/PP, critic layout and engines (tests/export/
+  targets.py: verl 0.9.1's validate_config (Megatron or FSDP actor config), v1 trainer __init__ and
+  _init_resource_pool_mgr; AReaL 1.0.4's load_expr_config, PPOTrainer.__init__ and its scheduler's
+  allocation of every role up to the worker processes; RLinf 0.3.0's validate_cfg whole and placement);
+  a missing executor package stops the benchmark with an error (it is not a refusal);
 - the same for the unrestricted front exported to that executor (what a user got before);
 - the throughput cost of the rules: the fastest plan of the executor's front against the unrestricted
   front's (same search, same budget), and the structured stage's fastest with and without the rules
@@ -57,22 +59,34 @@ def _search(cluster: Path, workload: Path, out: Path, executor: str, evals: int)
     return res, None
 
 
-def _accepted(executor: str, plans, ctx, workload, model_path) -> tuple[int, str]:
-    from tests.export.targets import check_areal, check_rlinf, check_verl
+class MissingPackage(RuntimeError):
+    """An executor's package (or one it imports) is not installed: the check could not run. An error of the
+    environment, never counted as a refusal."""
 
-    ok, first = 0, ""
+
+def _megatron(executor: str, plan, workload) -> bool:
+    """Whether the export trains with Megatron (verl: TP/PP; AReaL: PP; RLinf: TP/PP, and PPO's critic)."""
+    t = plan.train
+    if executor == "areal":
+        return t.pp > 1
+    return t.tp > 1 or t.pp > 1 or (executor == "rlinf" and workload.algorithm == "ppo")
+
+
+def _accepted(executor: str, plans, ctx, workload, work) -> tuple[int, str, int]:
+    """(plans started as planned, the first refusal, Megatron plans among those started)."""
+    from tests.export.targets import CHECKS
+
+    ok, first, megatron = 0, "", 0
     for plan in plans:
         try:
-            if executor == "verl":
-                check_verl(plan, ctx, workload, model_path)
-            elif executor == "areal":
-                check_areal(plan, ctx, workload)
-            else:
-                check_rlinf(plan, ctx, workload)
+            CHECKS[executor](plan, ctx, workload, work)
             ok += 1
+            megatron += _megatron(executor, plan, workload)
+        except ImportError as err:  # ModuleNotFoundError included: nothing was checked
+            raise MissingPackage(f"{executor}: {type(err).__name__}: {err}") from err
         except Exception as err:  # a refusal, or asking for other GPUs / layout than planned
             first = first or f"{type(err).__name__}: {(str(err).splitlines() or ['(no message)'])[0][:110]}"
-    return ok, first
+    return ok, first, megatron
 
 
 def main() -> None:
@@ -83,11 +97,11 @@ def main() -> None:
 
     from mosearch.export import ExportContext
     from problems.placement.specs import load_cluster, load_workload
-    from trainer.models.tiny import build_tiny
+    from tests.export.targets import new_workdir
 
-    t0 = time.time()
+    t0, commit = time.time(), _commit()  # the code it runs is imported now
     tmp = Path(tempfile.mkdtemp(prefix="exec-bench-"))
-    model_path = str(build_tiny(tmp / "tiny"))  # verl reads the critic's HF config: a local stand-in
+    work = new_workdir()  # the exports as written, the users' base configs beside them, a local stand-in model
     rows = []
     for cluster_name, wl in SHIPPED + NEW:
         cpath, wpath = _cluster_path(cluster_name), ROOT / f"problems/workloads/{wl}.yaml"
@@ -99,13 +113,17 @@ def main() -> None:
         for ex in EXECUTORS:
             res, why = _search(cpath, wpath, tmp / f"{cluster_name}-{wl}-{ex}", ex, args.evals)
             plans = [res.plans[i] for i in res.front] if res else []
-            ok, first = _accepted(ex, plans, ctx, w, model_path)
-            before, before_why = _accepted(ex, free_plans, ctx, w, model_path)
+            try:
+                ok, first, megatron = _accepted(ex, plans, ctx, w, work)
+                before, before_why, _ = _accepted(ex, free_plans, ctx, w, work)
+            except MissingPackage as err:
+                sys.exit(f"mosearch.bench.executors: cannot check: {err} (install the executor's package; "
+                         "a missing package is not a refusal)")
             best = max((p.predicted["throughput_samples_s"] for p in plans), default=0.0)
             r = res.restriction if res else None
             rows.append({
                 "executor": ex, "case": f"{cluster_name} x {wl}", "new": (cluster_name, wl) in NEW,
-                "accepted": ok, "total": len(plans), "before": before, "before_total": len(free_plans),
+                "accepted": ok, "total": len(plans), "megatron": megatron, "before": before, "before_total": len(free_plans),
                 "best": best, "free_best": free_best,
                 "cost": 1 - best / free_best if free_best > 0 else float("nan"),
                 "stage": r, "why": why, "first": first, "before_why": before_why,
@@ -113,30 +131,46 @@ def main() -> None:
             print(f"{ex:6s} {cluster_name} x {wl}: accepted {ok}/{len(plans)} (unrestricted front {before}/"
                   f"{len(free_plans)}), best {best:.3g} vs {free_best:.3g} samples/s", flush=True)
     wall = time.time() - t0
-    write_table(rows, args, wall)
+    write_table(rows, args, wall, commit)
+
+
+def _commit() -> str:
+    """The commit the benchmark ran at (with `+changes` when the tree differed from it)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
 
 
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if x else "-"
 
 
-def write_table(rows: list[dict], args, wall: float) -> None:
+def write_table(rows: list[dict], args, wall: float, commit: str) -> None:
     load = os.getloadavg()
     lines = [
         "# Fronts a team can run: executors' start-up code on every front plan, and what their rules cost",
         "",
         f"Regenerate with `python -m mosearch.bench.executors --evals {args.evals} --out {args.out}` "
         f"({wall:.0f} s on a shared 2-core machine, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; "
-        f"x86_64, Python {platform.python_version()}).",
+        f"{platform.machine()}, Python {platform.python_version()}; at commit {commit}, {time.strftime('%Y-%m-%d')}).",
         "",
         f"- Fronts: `mosearch plan` with `--evals {args.evals} --seed 1` (plus its structured stage), unrestricted and "
-        "with `--executor`; every plan of front.csv is exported (`mosearch export`'s exporters) and started by the "
-        "executor's own code (tests/export/targets.py): verl 0.9.1 (hydra compose with the export as overrides, "
-        "validate_config, actor/rollout/critic dataclasses, the v1 trainer's __init__ and _init_resource_pool_mgr), "
-        "AReaL 1.0.4 (config load, PPOTrainer._validate_cfg, LocalScheduler's colocation rule, allocation parsers, "
-        "validate_config_for_distributed_launcher), RLinf 0.3.0 (ClusterConfig, validate_reasoning_cfg, FSDP "
-        "checks, ModelParallelComponentPlacement and every component's placement on the plan's nodes). "
-        "Accepted = started, asking for exactly the plan's GPUs per node, DP, TP/PP, critic layout and engines.",
+        "with `--executor`; every plan of front.csv is exported as `mosearch export --out` writes it, composed exactly "
+        "as the command in its header composes it, and started by the executor's own code as far as it runs without "
+        "GPUs (tests/export/targets.py): verl 0.9.1 (hydra compose of the file on its ppo_trainer / "
+        "ppo_megatron_trainer, validate_config with the Megatron or FSDP actor config, the v1 trainer's __init__ and "
+        "_init_resource_pool_mgr), AReaL 1.0.4 (load_expr_config, PPOTrainer.__init__ and its scheduler's allocation "
+        "of every role, up to the worker processes), RLinf 0.3.0 (hydra compose, validate_cfg whole: Megatron and "
+        "FSDP branches, the vocabulary-per-TP check; ModelParallelComponentPlacement and every component's placement "
+        "on the plan's nodes). Accepted = started, asking for exactly the plan's GPUs per node, DP, TP/PP, critic "
+        "layout and engines. A missing executor package stops the benchmark with an error.",
         "- `unrestricted`: the unrestricted front's plans exported to that executor (what a user got before).",
         "- Cost: 1 - (fastest plan of the executor's front) / (fastest of the unrestricted front), same search and "
         "budget; `stage` is what `mosearch plan --executor` prints: the structured stage's fastest plan with / "
@@ -144,14 +178,14 @@ def write_table(rows: list[dict], args, wall: float) -> None:
         "- Clusters marked * were written for this benchmark (benchmarks/clusters/exec-*.yaml); no rule was tuned "
         "on them.",
         "",
-        "| executor | case | accepted as planned | unrestricted front accepted | fastest, executor front | fastest, "
-        "unrestricted | throughput cost | stage: with / without rules |",
+        "| executor | case | accepted as planned (Megatron) | unrestricted front accepted | fastest, executor front | "
+        "fastest, unrestricted | throughput cost | stage: with / without rules |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         st = r["stage"]
         stage = f"{_fmt(st['restricted'])} / {_fmt(st['unrestricted'])}" if st else "-"
-        acc = f"{r['accepted']}/{r['total']}" if r["total"] else "no plan"
+        acc = f"{r['accepted']}/{r['total']} ({r['megatron']})" if r["total"] else "no plan"
         cost = f"{100 * r['cost']:.1f}%" if r["total"] and r["free_best"] else ("100%" if r["free_best"] else "-")
         lines.append(f"| {r['executor']} | {r['case']}{' *' if r['new'] else ''} | {acc} | "
                      f"{r['before']}/{r['before_total']} | {_fmt(r['best'])} | {_fmt(r['free_best'])} | {cost} | {stage} |")
@@ -159,9 +193,11 @@ def write_table(rows: list[dict], args, wall: float) -> None:
     for ex in EXECUTORS:
         mine = [r for r in rows if r["executor"] == ex]
         a, t = sum(r["accepted"] for r in mine), sum(r["total"] for r in mine)
+        m = sum(r["megatron"] for r in mine)
         b, bt = sum(r["before"] for r in mine), sum(r["before_total"] for r in mine)
         costs = [r["cost"] for r in mine if r["total"] and r["free_best"]]
-        lines.append(f"- {ex}: {a}/{t} front plans accepted as planned ({100 * a / max(t, 1):.0f}%); the unrestricted "
+        lines.append(f"- {ex}: {a}/{t} front plans accepted as planned ({100 * a / max(t, 1):.0f}%; {m} of them train with "
+                     f"Megatron); the unrestricted "
                      f"fronts' plans {b}/{bt} ({100 * b / max(bt, 1):.0f}%); throughput cost median "
                      f"{100 * sorted(costs)[len(costs) // 2]:.1f}% over the cases with a front" if costs else
                      f"- {ex}: {a}/{t} accepted")

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     specs: dict = {}
     ctx = build_context(plan, plan_path, args.cluster, args.workload, specs)
     check_executor(args.to, plan, plan_path, specs["cluster"], specs["workload"], args.front)
-    text = render(args.to, specs["plan"], ctx)  # its header names the specs exported
+    text = render(args.to, specs["plan"], ctx, Path(args.out) if args.out else None)  # its header names the specs and the command
     if args.out:
         atomic_write_text(args.out, text)
     else:

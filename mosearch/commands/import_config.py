@@ -187,9 +187,26 @@ def import_plan(source: str, config: str | None, overrides: list[str], cluster_p
     return plan, warnings
 
 
+def _launch_keys(source: str, base: dict, config_name: str | None) -> tuple[dict, str | None]:
+    """A config written by `mosearch export` (mosearch/export/launch.py) carries the keys its launch command
+    composes it with: hydra's defaults list and search path, AReaL's run names and scheduler. They say how
+    to start it, not how it places anything; verl's defaults name the config it composes on."""
+    base = dict(base)
+    defaults = base.pop("defaults", None)
+    base.pop("hydra", None)
+    if source == "verl" and config_name is None and isinstance(defaults, list):
+        names = [d for d in defaults if d in ("ppo_trainer", "ppo_megatron_trainer")]
+        config_name = names[0] if names else None
+    if source == "areal" and defaults is not None:
+        for key in ("experiment_name", "trial_name", "scheduler"):
+            base.pop(key, None)
+    return base, config_name
+
+
 def _read(source: str, config: str | None, overrides: list[str], where: str, config_name: str | None):
     """The config's shape: the file, the overrides and, for verl, the hydra choices."""
     base = read_yaml_mapping(config, f"a {source} config") if config else {}
+    base, config_name = _launch_keys(source, base, config_name)
     groups = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides
               if "=" in o and o.split("=", 1)[0].lstrip("+") in HYDRA_GROUPS}
     cfg = apply_overrides(base, [o for o in overrides if o.split("=", 1)[0] not in groups], where)

@@ -1,18 +1,20 @@
 """Exporters: a plan as the placement configuration of verl, AReaL or RLinf.
 
 Each target module has `export(plan, ctx) -> dict` (pure) and `notes(plan, ctx) -> list[str]`
-(what the target cannot express). `render` turns both into one commented YAML document.
+(what the target cannot express). `render` turns both into one commented YAML document: the file the
+executor's own launch command reads (`launch.py`), its header naming that command.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Callable
 
 import yaml
 
 from problems.placement.plan import Plan
-from mosearch.export import areal, rlinf, verl
+from mosearch.export import areal, launch, rlinf, verl
 from mosearch.export import layout as L
 from mosearch.export.context import ExportContext
 
@@ -39,15 +41,17 @@ def layout_lines(plan: Plan, ctx: ExportContext) -> list[str]:
     return lines
 
 
-def render(target: str, plan: Plan, ctx: ExportContext | None = None) -> str:
+def render(target: str, plan: Plan, ctx: ExportContext | None = None, path: Path | None = None) -> str:
+    """The export as the file `path` (None: printed), its header saying how to start it."""
     ctx = ctx or ExportContext()
-    data = EXPORTERS[target](plan, ctx)
+    data = launch.document(target, plan, ctx, EXPORTERS[target](plan, ctx))
     head = [f"{target} configuration exported by `mosearch export` from plan {plan.plan_id}",
             f"cluster {plan.cluster.name} (sha256 {plan.cluster.sha256[:12]}), "
             f"workload {plan.workload.name} (sha256 {plan.workload.sha256[:12]}), "
             f"mode {plan.execution.mode}, staleness bound {plan.execution.staleness_bound}",
             "layout:"] + ["  " + s for s in layout_lines(plan, ctx)]
     notes = list(ctx.cluster_notes) + NOTES[target](plan, ctx)
+    head += launch.header(target, plan, ctx, path)
     if notes:
         head += ["notes:"] + [f"  - {n}" for n in notes]
     comment = "".join(f"# {line}\n" for line in head)

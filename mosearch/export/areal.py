@@ -124,9 +124,10 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     out = []
     if len({n.gpu for n in nodes}) > 1:
         out.append("AReaL allocates GPUs by count, not type: rollout takes the first "
-                   f"{L.role_gpus(plan, 'rollout') or L.role_gpus(plan, 'shared')} GPUs it is given. Pin each "
-                   "engine to its GPU type yourself (per-engine scheduling_spec / Ray custom resources; "
-                   "AReaL issue #1167). The intended layout is in the header above.")
+                   f"{L.role_gpus(plan, 'rollout') or L.role_gpus(plan, 'shared')} GPUs it is given. On Slurm "
+                   "(scheduler.type=slurm) set actor.scheduling_spec[0].nodelist and rollout.scheduling_spec[0]."
+                   "nodelist to each role's nodes in the layout above (its Slurm scheduler passes them to sbatch "
+                   "--nodelist); its Ray and local schedulers have no such key (AReaL issue #1167).")
     u = node_size(plan, ctx)
     if any(n.size != u for n in nodes):
         out.append(f"cluster.n_gpus_per_node is {u}: AReaL's launcher counts nodes of {u} GPU{'s' * (u > 1)} (n_nodes x "

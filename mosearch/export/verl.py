@@ -1,5 +1,6 @@
-"""A plan as verl configuration: hydra keys to merge into verl 0.9.1's `ppo_trainer` (FSDP) or
-`ppo_megatron_trainer` (train TP/PP > 1) config, for its v1 trainer (`trainer.use_v1`).
+"""A plan as verl configuration: the keys of a hydra config on verl 0.9.1's `ppo_trainer` (FSDP) or
+`ppo_megatron_trainer` (train TP/PP > 1), for its v1 trainer (`trainer.use_v1`); launch.py adds the
+defaults list and the command that starts it.
 
 Colocated plans run `trainer.v1.trainer_mode: sync` (hybrid engine); disaggregated and async plans
 run `separate_async` (standalone rollout nodes). Keys and meanings are listed in docs/export.md
@@ -218,7 +219,8 @@ def _pool_roles(mode: str) -> dict[str, str]:
 def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
     ctx = ctx or ExportContext()
     nodes = L.nodes(plan, ctx)
-    out = [f"merge into verl 0.9.1's {config_name(plan)} config (--config-name {config_name(plan)})."]
+    out = [f"a hydra config on verl 0.9.1's {config_name(plan)} (its defaults list): keys verl's YAML does not "
+           "list merge as part of the file, so the command below starts it as it is."]
     out += refusals(plan, ctx)
     mode = plan.execution.mode
     if mode == DISAGGREGATED or (mode == ASYNC and plan.execution.staleness_bound == 0):
@@ -230,11 +232,12 @@ def notes(plan: Plan, ctx: ExportContext | None = None) -> list[str]:
                    "no verl key: separate_async streams finished trajectories into its replay buffer and trains "
                    "once the step's batch is there; one optimizer step per plan step is kept.")
     types = {n.gpu for n in nodes}
-    if len(types) > 1:
+    if len(types) > 1 and mode != COLOCATED:
         where = "; ".join(f"{name} on " + ", ".join(f"{n.pool} x{n.count(role)}" for n in nodes if n.count(role))
                           for name, role in _pool_roles(mode).items())
-        out.append("verl sizes its pools by GPU count and cannot name a GPU type (Ray places them); start Ray so "
-                   f"that {where} (e.g. one Ray cluster per role, or custom resources with a patched pool).")
+        out.append("verl sizes its pools by GPU count and cannot name a GPU type; the `ray start` lines give each "
+                   "node Ray resources for the GPUs each role may take there and mosearch.export.launch_verl asks "
+                   f"verl's pools for them, so that {where}.")
     for role in ((L.SHARED,) if mode == COLOCATED else (L.TRAIN, L.ROLLOUT)):
         counts = L.per_node(nodes, role)
         if L.uniform(counts) is None:

@@ -79,7 +79,9 @@ EVALS = 600
 
 
 def front_paths(cluster: str, workload: str) -> tuple[Path, Path]:
-    return ROOT / f"problems/clusters/{cluster}.yaml", ROOT / f"problems/workloads/{workload}.yaml"
+    """A shipped cluster, else one written for the benchmarks (benchmarks/clusters/)."""
+    c = ROOT / f"problems/clusters/{cluster}.yaml"
+    return (c if c.is_file() else ROOT / f"benchmarks/clusters/{cluster}.yaml"), ROOT / f"problems/workloads/{workload}.yaml"
 
 
 @pytest.fixture(scope="session")

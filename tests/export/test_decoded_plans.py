@@ -66,23 +66,33 @@ def test_gpu_counts_survive_export(decoded, ctx):
 
 
 def test_cli_exports_what_the_target_runs_and_refuses_the_rest(decoded, tmp_path, monkeypatch, capsys):
-    """Each decoded plan: exported when the target's rules hold, else exit 2 with the rule in one line."""
+    """Decoded plans, unrestricted and repaired into each target's space: exported when the target's rules
+    hold (the file its header's command starts), else exit 2 with the documented rule in one line. A real
+    share is exported: every repaired plan the rules accept, and at least half of them."""
     monkeypatch.chdir(ROOT)  # the plan names its specs relative to the repository root
-    seen = set()
-    for plan in decoded[:12]:
-        path = tmp_path / "plan.yaml"
-        path.write_text(plan.to_yaml())
-        for target in ("verl", "areal", "rlinf"):
-            why = PlacementProblem(load_cluster(CLUSTER), load_workload(WORKLOAD), executor=target).executor_problem(plan)
+    cluster, workload = load_cluster(CLUSTER), load_workload(WORKLOAD)
+    rng = np.random.default_rng(3)
+    for target in ("verl", "areal", "rlinf"):
+        pb = PlacementProblem(cluster, workload, executor=target)
+        X = pb.layout.repair(pb.xl + rng.random((8, pb.n_var)) * (pb.xu - pb.xl))
+        repaired = [pb.decode(x, lifetime=False) for x in X]
+        accepted = refused = 0
+        for i, plan in enumerate(decoded[:6] + repaired):
+            path = tmp_path / f"plan-{target}-{i}.yaml"
+            path.write_text(plan.to_yaml())
+            why = pb.executor_problem(plan)
             rc = main(["export", str(path), "--to", target])
             captured = capsys.readouterr()
-            seen.add(why is None)
             if why is None:
                 assert rc == 0 and captured.err == ""  # specs found, hashes match
                 cfg = yaml.safe_load(captured.out)
-                assert cfg
+                assert cfg and "# start it with" in captured.out
+                accepted += i >= 6
             else:
                 assert rc == 2 and captured.out == ""
+                assert why.startswith(pb.executor.runs) and "\n" not in why  # the rule, in the executor's words
                 assert captured.err.strip() == f"mosearch: {path}: executor: {why} (a plan of a front searched " \
                                                f"with `mosearch plan --executor {target}`)"
-    assert seen == {False} or seen == {True, False}
+                refused += 1
+        assert accepted >= len(repaired) // 2, (target, accepted)
+        assert refused >= 1, target  # unrestricted plans the target cannot run are refused

@@ -1,9 +1,12 @@
 """Fronts searched for an executor (`mosearch plan --executor`) start in that executor as planned.
 
-Every plan of the front (front.csv) of a 7B GRPO run on mixed-64, 70B PPO runs on h100-64 and mixed-64
-and a small 1.5B run on mixed-8, per executor, is exported and started by the executor's own start-up
-code (tests/export/targets.py): a refusal fails the test, and what the executor asks for (GPUs per
-node and in all, DP, TP/PP, the critic's layout, engines, mode) must be exactly the plan's.
+Every plan of the front (front.csv) of results/bench/executors.md's cases (a 7B GRPO run on mixed-64, 70B
+PPO runs on h100-64 and mixed-64, a small 1.5B run on mixed-8, and the three clusters written for that
+benchmark: H200 + L40S in two regions, A100 nodes of uneven sizes, H100 + A10G in three regions with a 32B
+model), per executor, is written as `mosearch export --out` writes it, composed
+exactly as the command in its header composes it, and started by the executor's own start-up code
+(tests/export/targets.py, which names what needs GPUs): a refusal fails the test, and what the executor
+asks for (GPUs per node and in all, DP, TP/PP, the critic's layout, engines, mode) must be exactly the plan's.
 
 The fronts are searched once per session with a reduced budget (conftest.py `fronts`), so CI spends its
 time on the executors' checks.
@@ -21,57 +24,65 @@ from problems.errors import NoFeasiblePlan
 from problems.placement.problem import PlacementProblem
 from problems.placement.specs import load_cluster, load_workload
 
+from mosearch.bench import executors as B
+
 from .conftest import EVALS, front_paths as _paths
-from .targets import check_areal, check_rlinf, check_verl
+from .targets import CHECKS, Workdir
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = [("mixed-64", "qwen2.5-7b-grpo"), ("h100-64", "llama3.1-70b-ppo"), ("mixed-64", "llama3.1-70b-ppo"),
-         ("mixed-8", "qwen2.5-1.5b-grpo")]
+# results/bench/executors.md's cases: the shipped clusters and those written for that benchmark
+CASES = B.SHIPPED + B.NEW
 # AReaL has no optimizer offload during the step and always shards fully: 70B PPO does not fit
 # mixed-64's GPUs without it (the model's memory), so that front is empty (checked below)
 EMPTY = {("areal", "mixed-64", "llama3.1-70b-ppo")}
 
 
 @pytest.fixture(scope="session")
-def model_path(tmp_path_factory) -> str:
-    """verl reads the critic's HF config from disk: the local tiny model stands in for the user's."""
+def work(tmp_path_factory) -> Workdir:
+    """Where the exports are written, the users' base configs beside them; the local tiny model stands in
+    for the user's weights (verl reads the critic's HF config, AReaL the tokenizer)."""
     from trainer.models.tiny import build_tiny
 
-    return str(build_tiny(tmp_path_factory.mktemp("model") / "tiny"))
+    root = tmp_path_factory.mktemp("exports")
+    return Workdir(root, str(build_tiny(root / "tiny")))
 
 
-CHECKS = {"verl": check_verl, "areal": check_areal, "rlinf": check_rlinf}
 PARAMS = [(e, c, w) for e in CHECKS for c, w in CASES if (e, c, w) not in EMPTY]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor,cluster,workload", PARAMS, ids=[f"{e}-{c}-{w}" for e, c, w in PARAMS])
-def test_every_front_plan_starts_in_its_executor_as_planned(fronts, model_path, executor, cluster, workload):
+def test_every_front_plan_starts_in_its_executor_as_planned(fronts, work, executor, cluster, workload):
     plans, c, w = fronts(executor, cluster, workload)
     assert plans, "the front is empty"
     ctx = ExportContext.from_specs(c, w)
     problem = PlacementProblem(c, w, executor=executor)
     for plan in plans:
         assert problem.executor_problem(plan) is None
-        if executor == "verl":
-            check_verl(plan, ctx, w, model_path)
-        else:
-            CHECKS[executor](plan, ctx, w)
+        CHECKS[executor](plan, ctx, w, work)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", list(CHECKS))
-def test_weight_paths_from_a_model_directory_pass_each_executors_start_up(fronts, model_path, executor):
+def test_weight_paths_from_a_model_directory_pass_each_executors_start_up(fronts, work, executor):
     """A workload naming a model directory: the export fills the weight keys (verl: the critic's too,
-    PPO), and the executor's start-up code takes the config with them."""
+    PPO), its command needs no placeholder, and the executor's start-up code takes the config with them."""
     import dataclasses
 
+    import shutil
+
+    from .targets import hf_config_dir
+
     plans, c, w = fronts(executor, "h100-64", "llama3.1-70b-ppo")
-    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=model_path)
-    if executor == "verl":
-        check_verl(plans[0], ctx, w, model_path)
-    else:
-        CHECKS[executor](plans[0], ctx, w)
+    # the workload's model as a directory: its architecture's config.json (RLinf divides its vocabulary by
+    # TP), the stand-in tokenizer beside it (AReaL loads one)
+    model_dir = Path(hf_config_dir(w.model, work.root / f"model-dir-{executor}"))
+    for f in Path(work.model_path).iterdir():
+        if "token" in f.name or f.name in ("vocab.json", "merges.txt"):
+            shutil.copy(f, model_dir / f.name)
+    ctx = dataclasses.replace(ExportContext.from_specs(c, w), model_dir=str(model_dir))
+    got = CHECKS[executor](plans[0], ctx, w, work)
+    assert "MODEL_DIR" not in got["path"].read_text()
 
 
 @pytest.mark.slow
@@ -143,3 +154,23 @@ def test_an_areal_front_is_scored_with_the_eager_modules_it_runs(tmp_path):
     why = areal.executor_refusal(fused_plan)
     assert why.startswith("AReaL 1.0.4 trains Hugging Face's eager modules") and "\n" not in why
     assert f"{ra['peak_mem_frac'][tight[0]]:.0%} of its GPUs' memory" in why
+
+
+def test_a_missing_package_is_an_error_of_the_bench_not_a_refusal(monkeypatch):
+    """mosearch.bench.executors: a refusal (the executor's assertion) counts against the plan; an ImportError
+    (the executor's package, or one it imports, missing) stops the benchmark naming it."""
+    from mosearch.bench import executors as B
+    from tests.export import targets as T
+
+    def refuses(plan, ctx, workload, work):
+        raise AssertionError("n_gpus (56) must be divisible by model_parallel_size (16)")
+
+    def missing(plan, ctx, workload, work):
+        raise ModuleNotFoundError("No module named 'verl'", name="verl")
+
+    monkeypatch.setitem(T.CHECKS, "verl", refuses)
+    assert B._accepted("verl", [object(), object()], None, None, None) == (
+        0, "AssertionError: n_gpus (56) must be divisible by model_parallel_size (16)", 0)
+    monkeypatch.setitem(T.CHECKS, "verl", missing)
+    with pytest.raises(B.MissingPackage, match="verl: ModuleNotFoundError: No module named 'verl'"):
+        B._accepted("verl", [object()], None, None, None)
