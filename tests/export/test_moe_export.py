@@ -7,22 +7,23 @@ import pytest
 
 from mosearch.export import EXPORTERS, ExportContext
 from mosearch.export import layout as L
-from mosearch.export import verl as V
 from problems.placement.problem import PlacementProblem
 
-from .targets import check_verl, verl_start
+from .targets import Workdir, check_rlinf, check_verl
 
 
 @pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    """verl reads the critic's HF config from disk: the local tiny model stands in for the user's."""
+def work(tmp_path_factory) -> Workdir:
+    """Exports composed as their printed commands compose them; the local tiny model stands in for the user's
+    weights (verl reads the critic's HF config from disk)."""
     from trainer.models.tiny import build_tiny
 
-    return str(build_tiny(tmp_path_factory.mktemp("model") / "tiny"))
+    root = tmp_path_factory.mktemp("exports")
+    return Workdir(root, str(build_tiny(root / "tiny")))
 
 
 @pytest.mark.slow
-def test_a_moe_verl_front_starts_with_its_expert_parallelism(fronts, model_path):
+def test_a_moe_verl_front_starts_with_its_expert_parallelism(fronts, work):
     plans, c, w = fronts("verl", "mixed-64", "qwen3-30b-a3b-grpo")
     assert plans, "the front is empty"
     assert any(p.train.ep > 1 for p in plans), "no plan of the front uses EP"
@@ -31,9 +32,7 @@ def test_a_moe_verl_front_starts_with_its_expert_parallelism(fronts, model_path)
     problem = PlacementProblem(c, w, executor="verl")
     for plan in plans:
         assert problem.executor_problem(plan) is None
-        check_verl(plan, ctx, w, model_path)
-        cfg = EXPORTERS["verl"](plan, ctx)
-        config, _ = verl_start(cfg, V.config_name(plan), model_path)
+        config = check_verl(plan, ctx, w, work)["config"]
         actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
         if plan.train.ep > 1:
             assert actor.strategy == "megatron"
@@ -72,15 +71,11 @@ def test_a_moe_verl_export_imports_back_with_its_ep(fronts, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_moe_rlinf_front_starts_with_its_expert_parallelism(fronts):
-    from .targets import RLINF_BASE, check_rlinf, rlinf_start
-
+def test_a_moe_rlinf_front_starts_with_its_expert_parallelism(fronts, work):
     plans, c, w = fronts("rlinf", "mixed-64", "qwen3-30b-a3b-grpo")
     assert plans, "the front is empty"
     assert any(p.train.ep > 1 for p in plans), "no plan of the front uses EP"
     ctx = ExportContext.from_specs(c, w)
     for plan in plans:
-        check_rlinf(plan, ctx, w)
-        nodes = L.nodes(plan, ctx)
-        merged = rlinf_start(EXPORTERS["rlinf"](plan, ctx), [(n.gpu, n.size) for n in nodes], RLINF_BASE)["config"]
+        merged = check_rlinf(plan, ctx, w, work)["config"]
         assert merged.actor.model.get("expert_model_parallel_size", 1) == plan.train.ep
