@@ -75,9 +75,32 @@ def published(r: dict) -> bool:
     return not {"samples", "resp_mean", "resp_max"} & set(r["assumed"])
 
 
-def predict_step(r: dict, tmp: Path) -> dict:
-    """The model's RL step for one row: its cluster (one pool), workload and layout; an engine run without
-    CUDA graphs (`eager`) pays the per-layer launch cost of `params.EAGER_DECODE_LAYER_S`."""
+def load_steps() -> list[dict]:
+    """The RL-step rows; a row that publishes tokens per GPU and second but no step gets the step those tokens
+    take with its lengths (samples x (prompt_len + resp_mean) / (tokens_gpu_s x GPUs)), marked `step_derived`."""
+    rows = load(RL_DATA)
+    for r in rows:
+        r["step_derived"] = not r["step_s"]
+        if r["step_derived"]:
+            gpus = int(r["nodes"]) * int(r["gpus_per_node"])
+            r["step_s"] = str(int(r["samples"]) * (float(r["prompt_len"]) + float(r["resp_mean"]))
+                              / (float(r["tokens_gpu_s"]) * gpus))
+    return rows
+
+
+def row_pairs(r: dict) -> list[tuple[str, str]]:
+    """(pair, role) of a row: the CSV may list several, ';'-separated."""
+    if not r.get("pair"):
+        return []
+    return list(zip(r["pair"].split(";"), r["pair_role"].split(";")))
+
+
+def build_problem(r: dict, tmp: Path):
+    """(problem, plan vector) of one row: its cluster (one pool), workload and layout, scored with the step work
+    of the row's executor and version (`executor` column, model/executor_costs.py); an engine run without CUDA
+    graphs (`eager`) pays the per-layer launch cost of `params.EAGER_DECODE_LAYER_S`."""
+    from problems.placement.model import fitted
+    from problems.placement.model.executor_costs import step_costs
     from problems.placement.model.params import EAGER_DECODE_LAYER_S
 
     cluster, workload = tmp / f"{r['id']}-cluster.yaml", tmp / f"{r['id']}-workload.yaml"
@@ -95,7 +118,15 @@ def predict_step(r: dict, tmp: Path) -> dict:
     eager = {r["gpu"]: {"decode_layer_s": EAGER_DECODE_LAYER_S}} if r["eager"] == "1" else None
     prob = PlacementProblem.from_files(cluster, workload, efficiencies=eager)
     prob.ctx.updates = int(r["updates"])
-    x = _plan_vector(prob, r)
+    name, _, version = (r.get("executor") or "mosearch").partition(" ")
+    prob.ctx.steps = step_costs(name, version or None)
+    prob.ctx.fitted_steps = fitted.step_terms(prob.ctx.steps.family)
+    return prob, _plan_vector(prob, r)
+
+
+def predict_step(r: dict, tmp: Path) -> dict:
+    """The model's RL step for one row (`build_problem`)."""
+    prob, x = build_problem(r, tmp)
     out = {k: float(v[0]) for k, v in prob.evaluate_matrix(x[None, :]).items()}
     if out["repaired"]:
         raise ValueError(f"{r['id']}: the layout is not one the encoding holds as given")

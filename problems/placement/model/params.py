@@ -6,11 +6,13 @@ calibration passes `efficiencies={gpu_type: {key: value}}` to override any of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from problems.errors import InputError
+from problems.placement.model import fitted as _fitted
+from problems.placement.model.executor_costs import StepCosts, step_costs
 from problems.placement.model.lengths import Lengths, build as build_lengths
 from problems.placement.names import EAGER_PARTS
 from problems.placement.specs import Cluster, Workload
@@ -208,6 +210,10 @@ class ModelContext:
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
+    # the step work of the executor that runs the plan (model/executor_costs.py) and its fitted per-step
+    # terms (model/fitted.py: step_s, colocated_s, sample_s); this project's trainer by default
+    steps: StepCosts = field(default_factory=lambda: step_costs(None))
+    fitted_steps: dict = field(default_factory=dict)
 
     @property
     def unit_costs(self) -> dict[str, np.ndarray]:
@@ -232,7 +238,8 @@ class ModelContext:
 
 
 def build_context(cluster: Cluster, workload: Workload,
-                  efficiencies: dict[str, dict[str, float]] | None = None) -> ModelContext:
+                  efficiencies: dict[str, dict[str, float]] | None = None,
+                  executor: str | None = None, executor_version: str | None = None) -> ModelContext:
     pools = cluster.pools
     efficiencies = efficiencies or {}
     names = {p.gpu.name for p in pools}
@@ -248,6 +255,8 @@ def build_context(cluster: Cluster, workload: Workload,
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
                **p.gpu.train_fit, **p.gpu.infer_fit}
+        row.setdefault("elementwise_eff", row["decode_eff"])
+        _fitted.apply_type(row, p.gpu)  # efficiencies fitted on published RL steps (model/fitted.py)
         row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
         row.setdefault("elementwise_eff", row["decode_eff"])
@@ -255,6 +264,7 @@ def build_context(cluster: Cluster, workload: Workload,
         for k in EFFICIENCY_KEYS:
             eff[k].append(float(row[k]))
     m = workload.model
+    steps = step_costs(executor, executor_version)
     arr = lambda f, dtype=float: np.array([f(p) for p in pools], dtype=dtype)  # noqa: E731
     return ModelContext(
         count=arr(lambda p: p.count, np.int64),
@@ -300,4 +310,6 @@ def build_context(cluster: Cluster, workload: Workload,
         packing=workload.sequence_packing,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
         amp_autocast=workload.amp_autocast,
+        steps=steps,
+        fitted_steps=_fitted.step_terms(steps.family),
     )

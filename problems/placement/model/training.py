@@ -59,7 +59,8 @@ def pass_counts(ctx: ModelContext, recompute):
     rec = recompute.astype(float)
     if not ctx.rl_passes:  # a plain training job: forward (+ recompute) and backward
         return 1.0 + rec, 1.0
-    fwd = 1.0 + rec + 1.0 + ctx.has_reference  # actor fwd (+recompute) + old log-probs (+ reference)
+    # actor fwd (+recompute) + old log-probs where the executor recomputes them (+ reference)
+    fwd = 1.0 + rec + float(ctx.steps.old_logprob_pass) + ctx.has_reference
     bwd = 1.0
     if ctx.has_critic:
         fwd = fwd + 1.0 + rec + 1.0  # critic fwd (+recompute) + value pass
