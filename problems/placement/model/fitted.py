@@ -15,7 +15,7 @@ meaningful parameters, fitted by bounded least squares on log step-time ratios (
 
 A generation with no published row keeps its prior (scale 1) and says so (`efficiency_note`). Bands:
 per executor family and GPU generation, the 10th and 90th percentiles of the leave-one-source-out log
-residuals log(predicted step / measured step); a plan's throughput lies in [thr * exp(lo), thr * exp(hi)]
+residuals of the training set's rows log(predicted step / measured step); a plan's throughput lies in [thr * exp(lo), thr * exp(hi)]
 as far as those residuals go. A family / generation with fewer than 3 held-out rows takes all rows' band.
 
 Layer: calibration (a profile, per-cluster corrections) applies on top of these values; these apply on top
