@@ -117,3 +117,18 @@ def throughput_band(thr, family: str, generations) -> tuple[np.ndarray, np.ndarr
     lo, hi = band(family, generations)
     thr = np.asarray(thr, dtype=float)
     return thr * np.exp(lo), thr * np.exp(hi)
+
+
+def plan_band(executor: str | None, gpu_names) -> tuple[float, float]:
+    """(lo, hi) log residuals for a plan of `executor` on GPU types `gpu_names` (catalog names or a cluster's
+    own types: an unknown type takes the band of all rows)."""
+    from problems.placement.model.executor_costs import step_costs
+    from problems.placement.specs import gpu_catalog
+
+    cat = gpu_catalog()
+    gens = [getattr(cat.get(g), "generation", None) for g in gpu_names] or [None]
+    try:
+        family = step_costs(executor).family
+    except KeyError:
+        family = "all"
+    return band(family, gens)

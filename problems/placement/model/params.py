@@ -255,11 +255,13 @@ def build_context(cluster: Cluster, workload: Workload,
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
                **p.gpu.train_fit, **p.gpu.infer_fit}
-        row.setdefault("elementwise_eff", row["decode_eff"])
+        # training's element-wise kernels default to the catalog's (or a calibration's) bandwidth share, not the
+        # rollout engine's fitted one
+        catalog_decode = row["decode_eff"]
         _fitted.apply_type(row, p.gpu)  # efficiencies fitted on published RL steps (model/fitted.py)
         row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
-        row.setdefault("elementwise_eff", row["decode_eff"])
+        row.setdefault("elementwise_eff", efficiencies.get(p.gpu.name, {}).get("decode_eff", catalog_decode))
         row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
         for k in EFFICIENCY_KEYS:
             eff[k].append(float(row[k]))
