@@ -359,6 +359,12 @@ def prior_notes(cluster: Cluster) -> list[str]:
                 by_source.setdefault(str(v), []).append(k)
         for source, fields in by_source.items():
             out.append(f"{p.gpu.name}: {', '.join(fields)} from the {source}")
+    from problems.placement.model.fitted import efficiency_note
+
+    for p in cluster.pools:  # where the fitted published-run figures come from, or that none exist
+        note = efficiency_note(p.gpu)
+        if note:
+            out.append(note)
     return list(dict.fromkeys(out))
 
 
