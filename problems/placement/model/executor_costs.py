@@ -51,6 +51,9 @@ class StepCosts:
     states_offloaded: bool = True
     param_phases: int = 0  # training-side phases that reload offloaded parameters (old log-probs, ref, update)
     source: str = ""
+    # the frozen reference's weights live on the host (verl's ref `param_offload`, EasyR1's ref FSDP CPU offload):
+    # they take no GPU memory between its passes (a run's setting; the versions' defaults keep it on the GPU)
+    reference_on_host: bool = False
 
     @property
     def family(self) -> str:

@@ -212,6 +212,8 @@ class ModelContext:
     group: int = 1
     # the step work of the executor that runs the plan (model/executor_costs.py) and its fitted per-step
     # terms (model/fitted.py: step_s, colocated_s, sample_s); this project's trainer by default
+    # bf16 optimizer states (workload `optimizer_states: bf16`): 8 bytes per parameter, no fp32 master copy
+    bf16_states: bool = False
     steps: StepCosts = field(default_factory=lambda: step_costs(None))
     fitted_steps: dict = field(default_factory=dict)
 
@@ -312,6 +314,7 @@ def build_context(cluster: Cluster, workload: Workload,
         packing=workload.sequence_packing,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
         amp_autocast=workload.amp_autocast,
+        bf16_states=workload.optimizer_states == "bf16",
         steps=steps,
         fitted_steps=_fitted.step_terms(steps.family),
     )

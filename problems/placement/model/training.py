@@ -257,7 +257,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         per_pool = np.where(reps > 0, chunks[:, None] * (every / iv + (m - 1.0 / iv) * heaviest), 0.0)
 
     # gradient synchronisation over all replicas (actor, + critic for PPO)
-    w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
+    w_b, g_b, o_b = state_bytes_per_param(ctx.bpe, ctx.bf16_states)
     models = 1.0 + ctx.has_critic
     grad_bytes = ctx.params * g_b * models
     nodes = psum(np.ceil(gpus / ctx.gpn))
