@@ -214,6 +214,9 @@ class ModelContext:
     # terms (model/fitted.py: step_s, colocated_s, sample_s); this project's trainer by default
     # bf16 optimizer states (workload `optimizer_states: bf16`): 8 bytes per parameter, no fp32 master copy
     bf16_states: bool = False
+    # HBM share of training's streaming passes (the optimizer step): the catalog's (or a calibration's)
+    # decode_eff before the fitted rollout scale (model/fitted.py), (P,); None: decode_eff
+    train_hbm_eff: np.ndarray | None = None
     steps: StepCosts = field(default_factory=lambda: step_costs(None))
     fitted_steps: dict = field(default_factory=dict)
 
@@ -254,6 +257,7 @@ def build_context(cluster: Cluster, workload: Workload,
             if not np.isfinite(value) or value < 0 or (key in SHARE_KEYS and not 0 < value <= 1):
                 raise InputError(None, f"efficiencies.{gpu}.{key}", f"got {value!r}", "a finite number >= 0 (efficiencies in (0, 1])")
     eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
+    train_hbm: list[float] = []
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
                **p.gpu.train_fit, **p.gpu.infer_fit}
@@ -263,7 +267,8 @@ def build_context(cluster: Cluster, workload: Workload,
         _fitted.apply_type(row, p.gpu)  # efficiencies fitted on published RL steps (model/fitted.py)
         row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
-        row.setdefault("elementwise_eff", efficiencies.get(p.gpu.name, {}).get("decode_eff", catalog_decode))
+        train_hbm.append(float(efficiencies.get(p.gpu.name, {}).get("decode_eff", catalog_decode)))
+        row.setdefault("elementwise_eff", train_hbm[-1])
         row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
         for k in EFFICIENCY_KEYS:
             eff[k].append(float(row[k]))
@@ -315,6 +320,7 @@ def build_context(cluster: Cluster, workload: Workload,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
         amp_autocast=workload.amp_autocast,
         bf16_states=workload.optimizer_states == "bf16",
+        train_hbm_eff=np.array(train_hbm),
         steps=steps,
         fitted_steps=_fitted.step_terms(steps.family),
     )

@@ -306,7 +306,8 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     psh = stage_params(ctx, pp) / tp
     o_div = np.where(f["sharding"] == SHARD_NONE, 1.0, np.maximum(dp, 1))
     shard = psh / o_div * models
-    hbm_min = pmin(np.where(used, ctx.hbm * e["decode_eff"], np.inf))
+    hbm_eff = e["decode_eff"] if ctx.train_hbm_eff is None else ctx.train_hbm_eff
+    hbm_min = pmin(np.where(used, ctx.hbm * hbm_eff, np.inf))
     host = pmin(np.where(used, e["host_gbs"] * 1e9, np.inf))
     cpu = pmin(np.where(used, e["cpu_adam_gbs"] * 1e9, np.inf))
     step_bytes = ADAMW_FOREACH_BYTES + GRAD_CLIP_BYTES if ctx.amp_autocast else 2.0 * (w_b + g_b + o_b)
