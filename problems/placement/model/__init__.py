@@ -39,7 +39,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
         ro[key] = ro[key] + call
     per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"]) * ctx.updates
-    tr["train_s"] = (tr["train_s"] * ctx.fitted_steps.get("train_scale", 1.0) + ex_train + e["train_call_s"].max() + e["microbatch_loop_s"].max() * per_rank_mb
+    fx = ctx.fitted_steps
+    tr["train_s"] = (tr["train_s"] + ex_train + e["train_call_s"].max()
+                     + fx.get("microbatch_s", 0.0) * per_rank_mb + e["microbatch_loop_s"].max() * per_rank_mb
                      + np.where(tr["dp"] > 1, e["dp_microbatch_s"].max() * per_rank_mb, 0.0))
     engines = ro["engines"]
     train_gpus = f["train_gpus"] + f["shared_gpus"]

@@ -26,7 +26,8 @@ the key where it changes a default):
   wake_up) and the weights' resharding into the engine: the weight copy is in `flow.switch_s` and
   `sync.sync_s`; what is not a copy (allocating the KV cache again, CUDA-graph state, the trainer's
   resharding calls, the driver's round trips) is the executor's fixed per-step cost `step_s`, and the
-  reward scoring and the driver's per-sample data handling its per-sample cost `sample_s`. Both are
+  reward scoring and the driver's per-sample data handling its per-sample cost `sample_s`, and the training
+  loop's work per micro-batch beyond the model's compute its `microbatch_s` (model/__init__.py). All are
   fitted per executor family on published steps (`model/fitted.py`, data/fitted.yaml); 0 where no
   published step of that executor exists (then said as an assumption).
 - prefill with chunking and preemption when the KV cache runs out, and the host's work per running
@@ -73,6 +74,9 @@ STEP_COSTS: dict[tuple[str, str], StepCosts] = {
     ("verl", "0.5"): _T("verl", "0.5", False, True, False, 0, "enforce_eager True until 2025-08 (one_step_off.md)"),
     ("verl", "0.3"): _T("verl", "0.3", False, True, False, 0, "v0.3.0 ppo_trainer.yaml enforce_eager True"),
     ("verl", "0.6"): _T("verl", "0.6", True, True, False, 0, "fully_async.md (Oct 2025): CUDA graphs"),
+    ("verl", "0.6-fully-async"): _T("verl", "0.6-fully-async", True, False, False, 0,
+                                    "recipe/fully_async_policy (fully_async.md): old_log_prob from the rollout "
+                                    "(use_rollout_log_probs), no trainer pass"),
     ("verl", "f252da3"): _T("verl", "f252da3", True, True, True, 3,
                             "the GRPO benchmark script: SGLang with CUDA graphs, FSDP param + optimizer offload"),
     ("easyr1", "0.3"): _T("easyr1", "0.3", True, True, True, 3,

@@ -9,9 +9,11 @@ meaningful parameters, fitted by bounded least squares on log step-time ratios (
 - `decode_eff_scale[generation]`: the rollout engine's achieved share of memory bandwidth relative to
   the catalog's (vidur operator fits for Hopper, the prior elsewhere);
 - `decode_seq_s`: the engine's host time per running sequence and decode step (params.DEFAULTS);
-- `executors[family]`: fixed seconds per step (`step_s`), more per colocated step (`colocated_s`: the
-  engine's sleep / wake and KV-cache rebuild) and per sample (`sample_s`: reward scoring, the driver's
-  data handling) of each executor family with published steps (model/executor_costs.py).
+- `executors[family]`: fixed seconds per step (`step_s`: the engine's sleep / wake and KV-cache rebuild,
+  the driver's round trips), per sample (`sample_s`: reward scoring, the driver's data handling) and per
+  training micro-batch of a rank (`microbatch_s`: the training loop's per-pass work beyond the model's
+  compute: FSDP's gathers and hooks, offloads, Python) of each executor family with published steps
+  (model/executor_costs.py).
 
 A generation with no published row keeps its prior (scale 1) and says so (`efficiency_note`). Bands:
 per executor family and GPU generation, the 10th and 90th percentiles of the leave-one-source-out log
