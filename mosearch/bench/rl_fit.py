@@ -5,7 +5,9 @@ check them leaving one source out.
 
 Training set (declared): the complete rows of benchmarks/data/rl_published.csv (GPU type and count, model,
 samples per step, maximum length and a step time or throughput published; `complete` = 1), except the rows
-marked `held_out` (NeMo-RL's performance page: a check only). Sources are the CSV's `source_key`; a source's
+marked `held_out` (NeMo-RL's performance page: a check only) and those whose step hinges on an assumed mean
+generated length; and the published vLLM generation times of benchmarks/data/vllm_published.csv (one source,
+fixed lengths: the engine's bandwidth share and host time without an executor around it). Sources are the CSV's `source_key`; a source's
 rows share their assumptions (lengths by rule, framework defaults), so the check leaves a whole source out,
 refits on the rest and predicts it. Length convention: the mean generated length is the published one where a
 source gives it or lets it be derived (EasyR1: published tokens/GPU/s x GPUs x step / samples, less the 256-token
@@ -72,21 +74,30 @@ def theta_dict(theta: np.ndarray) -> dict:
 
 
 class RowModel:
-    """One published row's problem, built once from the catalog; re-scored for any parameter vector."""
+    """One published row's problem, built once from the catalog; re-scored for any parameter vector. A vLLM
+    generation row (`kind` generation) is one engine generating a fixed batch (rl_validation.predict_generation)."""
 
     def __init__(self, r: dict, tmp: Path):
-        from mosearch.bench.rl_validation import build_problem
+        from mosearch.bench.rl_validation import build_problem, generation_context
 
-        with F.disabled():
-            self.prob, self.x = build_problem(r, tmp)
-        ctx = self.prob.ctx
-        self.base = {k: ctx.eff[k].copy() for k in ("mfu", "decode_eff", "attn_eff", "decode_seq_s")}
-        self.gen = self.prob.cluster.pools[0].gpu.generation
-        self.family = ctx.steps.family
         self.row = r
+        with F.disabled():
+            if r.get("kind") == "generation":
+                self.ctx, self.tp = generation_context(r)
+                self.prob = None
+            else:
+                self.prob, self.x = build_problem(r, tmp)
+                self.ctx = self.prob.ctx
+        from problems.placement.specs import gpu_catalog
+
+        self.gpu_name = r["gpu"] if self.prob is None else self.prob.cluster.pools[0].gpu.name
+        self.gen = gpu_catalog()[self.gpu_name].generation
+        ctx = self.ctx
+        self.base = {k: ctx.eff[k].copy() for k in ("mfu", "decode_eff", "attn_eff", "decode_seq_s")}
+        self.family = "engine" if self.prob is None else ctx.steps.family
 
     def step(self, th: dict) -> float:
-        ctx = self.prob.ctx
+        ctx = self.ctx
         e = ctx.eff
         ms = th["mfu_scale"].get(self.gen, 1.0)
         ds = th["decode_eff_scale"].get(self.gen, 1.0)
@@ -97,6 +108,12 @@ class RowModel:
             e["decode_seq_s"] = np.full_like(self.base["decode_seq_s"], th["decode_seq_s"])
         ctx.__dict__.pop("_unit_costs", None)
         ctx.fitted_steps = dict(th["executors"].get(self.family, {}))
+        if self.prob is None:
+            from problems.placement.model.rollout import fixed_batch_s
+
+            r = self.row
+            return fixed_batch_s(ctx, self.tp, int(r["batch"]), int(r["prompt_len"]), int(r["output_len"])) \
+                * float(r["waves"])
         return float(self.prob.evaluate_matrix(self.x[None, :])["step_s"][0])
 
 
@@ -174,7 +191,8 @@ def bands(rows: list[dict], held: dict, models: dict) -> dict:
     out = {}
     # the training set's rows, each predicted with its source left out: the model's own error; rows whose step
     # hinges on an assumed mean length measure that assumption (up to 30x here), not a plan's spread
-    res = {r["id"]: np.log(held[r["id"]] / float(r["step_s"])) for r in training_rows(rows)}
+    res = {r["id"]: np.log(held[r["id"]] / float(r["step_s"])) for r in training_rows(rows)
+           if r.get("kind") != "generation"}  # a plan's band is of RL steps
     allv = np.array(list(res.values()))
     out["all"] = [float(np.percentile(allv, 10)), float(np.percentile(allv, 90)), len(allv)]
     groups: dict[str, list[float]] = {}
@@ -189,12 +207,12 @@ def bands(rows: list[dict], held: dict, models: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from mosearch.bench.rl_validation import load_steps
+    from mosearch.bench.rl_validation import load_generation, load_steps
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="store the values in problems/placement/data/fitted.yaml")
     args = ap.parse_args(argv)
-    rows = load_steps()
+    rows = load_steps() + load_generation()
     with tempfile.TemporaryDirectory() as tmp:
         out = run(rows, Path(tmp), verbose=True)
     th = out["theta"]
@@ -210,7 +228,7 @@ def main(argv=None) -> int:
         for r in train:
             m = out["models"][r["id"]]
             gens_rows.setdefault(m.gen, set()).add(r["source_key"])
-            gpu_rows.setdefault(m.prob.cluster.pools[0].gpu.name, set()).add(r["source_key"])
+            gpu_rows.setdefault(m.gpu_name, set()).add(r["source_key"])
         doc = {
             "command": "python -m mosearch.bench.rl_fit --write",
             "training_set": "benchmarks/data/rl_published.csv rows with complete = 1 and held_out = 0: "
