@@ -429,6 +429,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
     the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
     from problems.placement.executors import get as executor_named, scored_workload
+    from problems.placement.model.executor_costs import apply_executor
     from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 
@@ -459,6 +460,8 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     wl, executor_note = scored_workload(executor_named(plan.executor), wl)
     prob = PlacementProblem(cl, wl)
     prob.ctx.updates = int(mini_batches)
+    # the executor's step work (model/executor_costs.py), without its search rules: the plan is scored as given
+    apply_executor(prob.ctx, plan.executor)
     counts = {q.id: q.count for q in cl.pools}
     for i, p in enumerate(plan.pools):
         # encoding would clip the plan to the cluster and score another plan (a cluster file edited since)

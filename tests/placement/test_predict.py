@@ -70,9 +70,10 @@ def test_unfused_attention_costs_the_full_context_and_the_scores():
     extra_b = 4 * 2 * 32 * 32 * ((10 * 4 + 2) + (13 * 4 + 2))  # fp32 (unfused softmax) score passes
     delta = unfused["breakdown"]["train_compute_s"] - flash["breakdown"]["train_compute_s"]
     assert delta == pytest.approx(extra_f / 67e12 + extra_b / H100_HBM, rel=1e-9)
-    # stored scores: s b h x 5 a s / h (Korthikanti), fp32 = 2 x the 16-bit count, 2 layers
+    # stored scores: s b h x a s / h elements (Korthikanti), each the softmax and dropout outputs in fp32 (4 + 4)
+    # and a 1-byte dropout mask (PyTorch's native_dropout saves a bool mask): 9 bytes, 2 layers
     acts = (unfused["memory_gb"]["activations"] - flash["memory_gb"]["activations"]) * 1e9
-    assert acts == pytest.approx(32 * 4 * 64 * (5 * 1 * 32 / 64) * 2 * 2, rel=1e-9)
+    assert acts == pytest.approx(32 * 4 * 64 * (1 * 32 / 64) * 9 * 2, rel=1e-9)
 
 
 def test_gated_mlp_has_three_matrices():
