@@ -75,10 +75,10 @@ def theta_dict(theta: np.ndarray) -> dict:
 
 class RowModel:
     """One published row's problem, built once from the catalog; re-scored for any parameter vector. A vLLM
-    generation row (`kind` generation) is one engine generating a fixed batch (rl_validation.predict_generation)."""
+    generation row (`kind` generation) is one engine generating a fixed batch (rl_rows.predict_generation)."""
 
     def __init__(self, r: dict, tmp: Path):
-        from mosearch.bench.rl_validation import build_problem, generation_context
+        from mosearch.bench.rl_rows import build_problem, generation_context
 
         self.row = r
         with F.disabled():
@@ -207,7 +207,7 @@ def bands(rows: list[dict], held: dict, models: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from mosearch.bench.rl_validation import load_generation, load_steps
+    from mosearch.bench.rl_rows import load_generation, load_steps
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="store the values in problems/placement/data/fitted.yaml")

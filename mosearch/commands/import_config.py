@@ -171,7 +171,7 @@ def import_plan(source: str, config: str | None, overrides: list[str], cluster_p
         raise InputError(written(key), key, err.problem, err.expected) from None
     problem = PlacementProblem(cluster, workload)
     # the executor's step work as its code does it (model/executor_costs.py): the config's executor runs the plan
-    from problems.placement.model.executor_costs import apply_executor
+    from problems.placement.model.fitted import apply_executor
 
     apply_executor(problem.ctx, source)
     try:

@@ -429,7 +429,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     elastic pipelining (the trainer trains on the whole batch then). `cluster`/`workload` replace
     the spec files the plan names (e.g. the cluster an emulated run really ran on)."""
     from problems.placement.executors import get as executor_named, scored_workload
-    from problems.placement.model.executor_costs import apply_executor
+    from problems.placement.model.fitted import apply_executor
     from problems.placement.planfiles import PlanInputs
     from problems.placement.problem import PlacementProblem
 

@@ -125,7 +125,7 @@ def test_an_areal_front_is_scored_with_the_eager_modules_it_runs(tmp_path):
     X = areal.layout.repair(areal.xl + np.random.default_rng(2).random((400, areal.n_var)) * (areal.xu - areal.xl))
     # the same executor step work on both (AReaL takes the engine's log-probs and keeps its states on the GPU:
     # model/executor_costs.py), so only the layers differ
-    from problems.placement.model.executor_costs import apply_executor
+    from problems.placement.model.fitted import apply_executor
 
     apply_executor(free.ctx, "areal")
     ra, rf = areal.evaluate_matrix(X), free.evaluate_matrix(X)

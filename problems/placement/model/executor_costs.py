@@ -103,15 +103,6 @@ def step_costs(executor: str | None, version: str | None = None) -> StepCosts:
     raise KeyError(f"no step costs for executor {name!r}")
 
 
-def apply_executor(ctx, executor: str | None, version: str | None = None) -> None:
-    """Score `ctx`'s plans with the step work of `executor` at `version` and its family's fitted terms (what
-    `build_context(executor=...)` does; for a problem built without the executor's search rules)."""
-    from problems.placement.model import fitted
-
-    ctx.steps = step_costs(executor, version)
-    ctx.fitted_steps = fitted.step_terms(ctx.steps.family)
-
-
 def executor_terms(ctx, colocated, samples):
     """(seconds a step's training stage adds, seconds its rollout stage adds) for the plan's executor:
     the fixed per-step cost of a colocated step's sleep/wake and of the driver, and the per-sample reward

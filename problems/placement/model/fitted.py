@@ -134,3 +134,12 @@ def plan_band(executor: str | None, gpu_names) -> tuple[float, float]:
     except KeyError:
         family = "all"
     return band(family, gens)
+
+
+def apply_executor(ctx, executor: str | None, version: str | None = None) -> None:
+    """Score `ctx`'s plans with the step work of `executor` at `version` and its family's fitted terms (what
+    `build_context(executor=...)` does; for a problem built without the executor's search rules)."""
+    from problems.placement.model.executor_costs import step_costs
+
+    ctx.steps = step_costs(executor, version)
+    ctx.fitted_steps = step_terms(ctx.steps.family)
