@@ -44,7 +44,8 @@ def training_and_memory() -> dict:
     mem = [(x["row"]["id"], float(x["row"]["memory_gib"]) * 2 ** 30 / 1e9, x["catalog"]["memory_gb"])
            for x in res if x["row"].get("memory_gib")]
     return {"rows": len(err), "median": float(np.median(err)), "within_10": int(sum(e <= 0.10 for e in err)),
-            "memory": mem}
+            "memory": mem, "refused": [x["row"]["id"] for x in res if not x["catalog"]["fits"]],
+            "tight": [x["row"]["id"] for x in res if x["catalog"].get("tight")]}
 
 
 def pct(v: float) -> str:
@@ -158,7 +159,13 @@ def main(argv=None) -> int:
            (f"training iterations, median abs. error ({tm['rows']} rows, e2e_validation)", tm["median"],
             TARGETS["train_median"]),
            (f"peak memory, median abs. error vs reserved ({len(mem_res)} rows that publish it)", np.median(mem_res),
-            TARGETS["memory_median"])]
+            TARGETS["memory_median"]),
+           (f"published configurations that ran, refused as out of memory: RL steps "
+            f"{sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps)} of {len(steps)}, "
+            f"training iterations {len(tm['refused'])} of {tm['rows']} ({', '.join(tm['refused']) or 'none'}; "
+            f"{len(tm['tight'])} more fit allocated but not by the reserved estimate)",
+            (sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps) + len(tm['refused']))
+            / (len(steps) + tm["rows"]), 0.0)]
     trainer = trainer_on_gpu()
     if trainer:
         n = len(trainer["step"])
