@@ -104,9 +104,10 @@ def step_costs(executor: str | None, version: str | None = None) -> StepCosts:
 
 
 def executor_terms(ctx, colocated, samples):
-    """(seconds a step's training stage adds, seconds its rollout stage adds) for the plan's executor:
-    the fixed per-step cost of a colocated step's sleep/wake and of the driver, and the per-sample reward
-    scoring and data handling (fitted per executor family, `model/fitted.py`)."""
+    """(seconds a step's training stage adds, seconds its rollout stage adds) for the plan's executor: the fixed
+    per-step cost (a colocated step's sleep / wake and KV-cache rebuild, the driver's round trips; one figure
+    per family: the published rows do not separate the colocated part), and the per-sample reward scoring and
+    data handling (fitted per executor family, `model/fitted.py`). `colocated` (N,) shapes the result."""
     fx = ctx.fitted_steps
-    step = fx.get("step_s", 0.0) + colocated * fx.get("colocated_s", 0.0)
+    step = fx.get("step_s", 0.0) + 0.0 * colocated
     return step, samples * fx.get("sample_s", 0.0)

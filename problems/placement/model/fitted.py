@@ -96,7 +96,7 @@ def efficiency_note(gpu) -> str | None:
                 f"{', '.join(sorted(d.get('generation_sources', {}).get(gen, [])))}")
     return (f"{gpu.name}: no published RL step of this type or generation ({gen}): its catalog / prior "
             f"efficiencies as they stand (mfu {gpu.mfu:.2f}, decode_eff {gpu.decode_eff:.2f}, "
-            f"prefill_eff {gpu.prefill_eff:.2f})")
+            f"prefill_eff {gpu.prefill_eff:.2f}); only the engine's host time per sequence and step is the fitted one")
 
 
 def band(family: str, generations) -> tuple[float, float]:

@@ -210,13 +210,13 @@ class ModelContext:
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
-    # the step work of the executor that runs the plan (model/executor_costs.py) and its fitted per-step
-    # terms (model/fitted.py: step_s, colocated_s, sample_s); this project's trainer by default
     # bf16 optimizer states (workload `optimizer_states: bf16`): 8 bytes per parameter, no fp32 master copy
     bf16_states: bool = False
     # HBM share of training's streaming passes (the optimizer step): the catalog's (or a calibration's)
     # decode_eff before the fitted rollout scale (model/fitted.py), (P,); None: decode_eff
     train_hbm_eff: np.ndarray | None = None
+    # the step work of the executor that runs the plan (model/executor_costs.py) and its family's fitted terms
+    # (model/fitted.py: step_s, sample_s, microbatch_s); this project's trainer by default
     steps: StepCosts = field(default_factory=lambda: step_costs(None))
     fitted_steps: dict = field(default_factory=dict)
 
