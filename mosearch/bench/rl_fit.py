@@ -227,8 +227,9 @@ def main(argv=None) -> int:
         gpu_rows: dict[str, set] = {}
         for r in train:
             m = out["models"][r["id"]]
-            gens_rows.setdefault(m.gen, set()).add(r["source_key"])
-            gpu_rows.setdefault(m.gpu_name, set()).add(r["source_key"])
+            if m.gen in GENS:  # a generation with fitted factors (others keep their catalog figures)
+                gens_rows.setdefault(m.gen, set()).add(r["source_key"])
+                gpu_rows.setdefault(m.gpu_name, set()).add(r["source_key"])
         doc = {
             "command": "python -m mosearch.bench.rl_fit --write",
             "training_set": "benchmarks/data/rl_published.csv rows with complete = 1 and held_out = 0: "
@@ -238,7 +239,9 @@ def main(argv=None) -> int:
             "params": {"mfu_scale": {g: round(v, 4) for g, v in d["mfu_scale"].items() if g in gens_rows},
                        "decode_eff_scale": {g: round(v, 4) for g, v in d["decode_eff_scale"].items() if g in gens_rows},
                        "decode_seq_s": float(f"{d['decode_seq_s']:.4g}"),
-                       "executors": {f: {k: round(v, 4) for k, v in kv.items()} for f, kv in d["executors"].items()}},
+                       # families with rows in the training set (others have no published step terms)
+                       "executors": {f: {k: round(v, 4) for k, v in kv.items()} for f, kv in d["executors"].items()
+                                     if any(out["models"][r["id"]].family == f for r in train)}},
             "generation_sources": {g: sorted(s) for g, s in gens_rows.items()},
             "gpu_sources": {g: ", ".join(sorted(s)) for g, s in gpu_rows.items()},
             "bands": bands(rows, out["held"], out["models"]),

@@ -78,8 +78,8 @@ def test_a_type_without_published_rows_says_so():
     from problems.placement.specs import gpu_catalog
 
     cat = gpu_catalog()
-    assert "no published RL step" in F.efficiency_note(cat["A100-80G"])
-    assert "fitted on published RL steps" in F.efficiency_note(cat["MI300X"])
+    assert "no published run" in F.efficiency_note(cat["A100-80G"])
+    assert "fitted on published runs" in F.efficiency_note(cat["MI300X"])
 
 
 def test_bands_and_ties():

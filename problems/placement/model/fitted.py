@@ -89,12 +89,12 @@ def efficiency_note(gpu) -> str | None:
     gen = getattr(gpu, "generation", None)
     src = d.get("gpu_sources", {})
     if gpu.name in src:
-        return f"{gpu.name}: efficiencies fitted on published RL steps ({src[gpu.name]}), generation {gen}"
+        return f"{gpu.name}: efficiencies fitted on published runs ({src[gpu.name]}), generation {gen}"
     fitted_gens = set(d.get("params", {}).get("mfu_scale", {}))
     if gen in fitted_gens:
-        return (f"{gpu.name}: no published RL step of its own: efficiencies of generation {gen} as fitted on "
+        return (f"{gpu.name}: no published run of its own in the training set: efficiencies of generation {gen} as fitted on "
                 f"{', '.join(sorted(d.get('generation_sources', {}).get(gen, [])))}")
-    return (f"{gpu.name}: no published RL step of this type or generation ({gen}): its catalog / prior "
+    return (f"{gpu.name}: no published run of this type or generation in the training set ({gen}): its catalog / prior "
             f"efficiencies as they stand (mfu {gpu.mfu:.2f}, decode_eff {gpu.decode_eff:.2f}, "
             f"prefill_eff {gpu.prefill_eff:.2f}); only the engine's host time per sequence and step is the fitted one")
 
