@@ -1,22 +1,21 @@
-"""Validation of the performance model on published RL steps, published vLLM generation times and
-pairs of configurations on the same hardware, beside the training iterations and memory of
-mosearch/bench/e2e_validation.py.
+"""Validation of the performance model on published RL steps, leaving one source out, on published vLLM
+generation times and pairs of configurations on the same hardware, beside the training iterations and memory
+of mosearch/bench/e2e_validation.py.
 
     python -m mosearch.bench.rl_validation [--out results/bench/rl_validation.md]
 
 Data: benchmarks/data/rl_published.csv (RL steps; a source per row: document, table, address) and
 benchmarks/data/vllm_published.csv (generation). Every prediction goes through the planner's model
-(`PlacementProblem.evaluate_matrix` for a step, `model.rollout.fixed_batch_s` for a fixed batch) with the
-GPU catalog as shipped. Nothing is fitted to these rows: the catalog's efficiencies come from per-layer
-and per-operator profiles (mosearch/bench/model_validation.py), the response-length shape from Seer's
-published tail statistic (problems/placement/model/lengths.py); values a source does not publish are
-filled by the rules at the top of the CSV, the same for every row, and listed per row.
+(`PlacementProblem.evaluate_matrix` for a step, `model.rollout.fixed_batch_s` for a fixed batch), scored with
+the step work of the row's executor and version (model/executor_costs.py). The published-run parameters
+(model/fitted.py) are fitted by mosearch/bench/rl_fit.py on the declared training set; each source's rows are
+predicted by a refit without that source. Values a source does not publish are filled by the rules at the top
+of the CSV, the same for every row, and listed per row.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import tempfile
@@ -28,98 +27,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from problems.placement.problem import PlacementProblem  # noqa: E402
-
-RL_DATA = ROOT / "benchmarks" / "data" / "rl_published.csv"
-GEN_DATA = ROOT / "benchmarks" / "data" / "vllm_published.csv"
+from mosearch.bench.rl_rows import (GEN_DATA, RL_DATA, build_problem, generation_context, load,  # noqa: E402,F401
+                                    load_generation, load_steps, predict_generation, predict_step, published,
+                                    row_pairs)
 SENSITIVITY = (0.1, 0.25, 0.5)
-SIGMAS = (0.32, 0.6, 1.0)
-TARGETS = {"rl_median": 0.10, "rl_max": 0.25, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
-
-
-def load(path: Path) -> list[dict]:
-    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
-    rows = []
-    for r in csv.DictReader(lines):
-        assumed = [k for k, v in r.items() if isinstance(v, str) and v.endswith("*")]
-        rows.append({k: v.rstrip("*") if isinstance(v, str) else v for k, v in r.items()} | {"assumed": assumed})
-    return rows
-
-
-def _plan_vector(prob: PlacementProblem, r: dict) -> np.ndarray:
-    from problems.placement.names import MODES, SHARDINGS
-
-    lay = prob.layout
-    P = lay.n_pools
-    x = np.zeros(prob.n_var)
-    colo = r["mode"] == "colocated"
-    x[0] = int(r["rollout_gpus"])
-    x[P] = int(r["rollout_gpus"]) if colo else int(r["train_gpus"])
-    x[2 * P] = list(lay.rtp_options[0]).index(int(r["rollout_tp"]))
-    x[lay.g("kv_mem_frac")] = float(r["kv_mem_frac"])
-    x[lay.g("log2_max_num_seqs")] = np.log2(int(r["max_num_seqs"]))
-    x[lay.g("train_tp_idx")] = list(lay.tp_options).index(int(r["tp"]))
-    x[lay.g("train_pp_idx")] = list(lay.pp_options).index(int(r["pp"]))
-    x[lay.g("sharding")] = SHARDINGS.index(r["sharding"])
-    x[lay.g("log2_micro_batch")] = np.log2(int(r["micro_batch"]))
-    x[lay.g("recompute")] = int(r["recompute"])
-    x[lay.g("optimizer_offload")] = int(r["offload"])
-    x[lay.g("mode")] = MODES.index(r["mode"])
-    x[lay.g("staleness_bound")] = int(r["k"])
-    x[lay.g("log2_pipeline_chunks")] = np.log2(int(r["chunks"]))
-    return x
-
-
-def published(r: dict) -> bool:
-    """A row of the headline table: its samples per step, mean and maximum response length are published."""
-    return not {"samples", "resp_mean", "resp_max"} & set(r["assumed"])
-
-
-def predict_step(r: dict, tmp: Path) -> dict:
-    """The model's RL step for one row: its cluster (one pool), workload and layout; an engine run without
-    CUDA graphs (`eager`) pays the per-layer launch cost of `params.EAGER_DECODE_LAYER_S`."""
-    from problems.placement.model.params import EAGER_DECODE_LAYER_S
-
-    cluster, workload = tmp / f"{r['id']}-cluster.yaml", tmp / f"{r['id']}-workload.yaml"
-    cluster.write_text(yaml.safe_dump({
-        "name": r["id"], "regions": {"r": {"inter_node_gbs": float(r["inter_node_gbs"])}},
-        "node_groups": [{"gpu": r["gpu"], "nodes": int(r["nodes"]), "gpus_per_node": int(r["gpus_per_node"]),
-                         "region": "r"}]}))
-    workload.write_text(yaml.safe_dump({
-        "name": r["id"], "model": r["model"], "algorithm": r["algorithm"], "prompts_per_step": int(r["samples"]) // int(r["group"]),
-        "samples_per_prompt": int(r["group"]), "prompt_len": int(r["prompt_len"]),
-        "response_len": {"mean": int(float(r["resp_mean"])), "max": int(r["resp_max"]),
-                         **({"sigma": r["sigma"]} if "sigma" in r else {})},
-        "max_staleness": max(int(r["k"]), 1), "precision": "bf16", "kl_reference": r["kl_reference"] == "1",
-        "sequence_packing": r["packing"] == "1", "elementwise_kernels": r["kernels"]}))
-    eager = {r["gpu"]: {"decode_layer_s": EAGER_DECODE_LAYER_S}} if r["eager"] == "1" else None
-    prob = PlacementProblem.from_files(cluster, workload, efficiencies=eager)
-    prob.ctx.updates = int(r["updates"])
-    x = _plan_vector(prob, r)
-    out = {k: float(v[0]) for k, v in prob.evaluate_matrix(x[None, :]).items()}
-    if out["repaired"]:
-        raise ValueError(f"{r['id']}: the layout is not one the encoding holds as given")
-    return out
-
-
-def predict_generation(r: dict) -> float:
-    from problems.placement.model import build_context
-    from problems.placement.model.rollout import fixed_batch_s
-    from problems.placement.specs import Cluster, Pool, Workload, resolve_architecture, gpu_catalog
-
-    gpu = gpu_catalog()[r["gpu"]]
-    tp = int(r["tp"])
-    pool = Pool(id="p", gpu=gpu, region="r", count=tp, gpus_per_node=max(tp, 8), intra_gbs=gpu.intra_node.bandwidth_gbs,
-                inter_gbs=50.0)
-    cl = Cluster("gen", "<gen>", [pool], ["r"], np.array([[50.0]]), np.array([[1e-5]]), np.zeros((1, 1)))
-    arch = resolve_architecture(r["model"], None)
-    out = int(r["output_len"])
-    wl = Workload("gen", "<gen>", arch, "grpo", 1, 1, max(int(r["prompt_len"]), 1), out, out, 0, "bf16", False,
-                  False, response_sigma=0.0)
-    from problems.placement.model.params import EAGER_DECODE_LAYER_S
-
-    ctx = build_context(cl, wl, {gpu.name: {"decode_layer_s": EAGER_DECODE_LAYER_S}} if r["eager"] == "1" else None)
-    return fixed_batch_s(ctx, tp, int(r["batch"]), int(r["prompt_len"]), out) * float(r["waves"])
+TARGETS = {"loso_median": 0.20, "source_median": 0.30, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
 
 
 def training_and_memory() -> dict:
@@ -132,58 +44,12 @@ def training_and_memory() -> dict:
     mem = [(x["row"]["id"], float(x["row"]["memory_gib"]) * 2 ** 30 / 1e9, x["catalog"]["memory_gb"])
            for x in res if x["row"].get("memory_gib")]
     return {"rows": len(err), "median": float(np.median(err)), "within_10": int(sum(e <= 0.10 for e in err)),
-            "memory": mem}
+            "memory": mem, "refused": [x["row"]["id"] for x in res if not x["catalog"]["fits"]],
+            "tight": [x["row"]["id"] for x in res if x["catalog"].get("tight")]}
 
 
 def pct(v: float) -> str:
     return f"{v * 100:+.1f}%"
-
-
-def _pairs(rows: list[dict]) -> list[tuple]:
-    pairs = {}
-    for r in rows:
-        if r["pair"]:
-            pairs.setdefault(r["pair"], {})[r["pair_role"]] = r
-    out = []
-    for name, p in pairs.items():
-        a, b = p["a"], p["b"]
-        meas = float(b["step_s"]) / float(a["step_s"])
-        pred = b["pred"]["step_s"] / a["pred"]["step_s"]
-        out.append((name, a, b, meas, pred, pred / meas - 1))
-    return out
-
-
-def _step_rows(rows: list[dict]) -> list[str]:
-    lines = ["| row | source | GPUs | model | mode | measured s | predicted s | error | rollout s (tail) | train s | "
-             "sync s | switch s | assumed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        p = r["pred"]
-        n = int(r["nodes"]) * int(r["gpus_per_node"])
-        lines.append(f"| {r['id']} | [{r['source']}: {r['where']}]({r['url']}) | {n} {r['gpu']} | {r['model']} | "
-                     f"{r['mode']}{' k=' + r['k'] if r['mode'] == 'async' else ''}{' eager' if r['eager'] == '1' else ''} | "
-                     f"{float(r['step_s']):.4g} | {p['step_s']:.4g} | {pct(r['err'])} | {p['rollout_s']:.4g} "
-                     f"({p['rollout_tail_s']:.3g}) | {p['train_s']:.4g} | {p['sync_s']:.3g} | {p['switch_s']:.3g} | "
-                     f"{', '.join(r['assumed']) or '-'} |")
-    return lines
-
-
-def _phase_rows(rows: list[dict]) -> list[str]:
-    lines = ["| row | measured generation s | predicted rollout s | error | measured training s | predicted train s | "
-             "error |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["gen_s"]:
-            p = r["pred"]
-            ge, te = p["rollout_s"] / float(r["gen_s"]) - 1, p["train_s"] / float(r["train_s"]) - 1
-            lines.append(f"| {r['id']} | {float(r['gen_s']):.4g} | {p['rollout_s']:.4g} | {pct(ge)} | "
-                         f"{float(r['train_s']):.4g} | {p['train_s']:.4g} | {pct(te)} |")
-    return lines
-
-
-def _pair_rows(pair_rows: list[tuple]) -> list[str]:
-    lines = ["| pair | a | b | measured b/a | predicted b/a | ratio error |", "|---|---|---|---|---|---|"]
-    for name, a, b, meas, pred, e in pair_rows:
-        lines.append(f"| {name} | {a['id']} | {b['id']} | {meas:.3f} | {pred:.3f} | {pct(e)} |")
-    return lines
 
 
 # TrainWorker steps measured on an H200 (mosearch/bench/gpu_train.py), the holdout file when one was measured;
@@ -201,125 +67,204 @@ def trainer_on_gpu() -> dict[str, list[float]] | None:
     return {k: [e[k] for e in errs] for k in ("step", "alloc", "reserved")} if errs else None
 
 
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _pairs_of(rows: list[dict], pred: dict) -> list[tuple]:
+    """(pair, a, b, measured b/a, predicted b/a, ratio error) for every pair whose two rows are in `pred`."""
+    pairs: dict[str, dict] = {}
+    for r in rows:
+        for name, role in row_pairs(r):
+            pairs.setdefault(name, {})[role] = r
+    out = []
+    for name, p in pairs.items():
+        if "a" in p and "b" in p and p["a"]["id"] in pred and p["b"]["id"] in pred:
+            a, b = p["a"], p["b"]
+            meas = float(b["step_s"]) / float(a["step_s"])
+            prd = pred[b["id"]] / pred[a["id"]]
+            out.append((name, a, b, meas, prd, prd / meas - 1))
+    return out
+
+
 def main(argv=None) -> int:
+    from mosearch.bench import rl_fit
+    from problems.placement.model import fitted as F
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "rl_validation.md"))
     args = ap.parse_args(argv)
-    steps = load(RL_DATA)
+    steps = load_steps()
+    gens = load_generation()
     with tempfile.TemporaryDirectory() as tmp:
-        for r in steps:
+        with F.disabled():  # the catalog alone: what the model predicted before the fit
+            for r in steps:
+                r["catalog"] = predict_step(r, Path(tmp))["step_s"]
+        fit = rl_fit.run(steps + gens, Path(tmp))
+        for r in steps:  # the committed parameters (data/fitted.yaml), as plans are scored
             r["pred"] = predict_step(r, Path(tmp))
             r["err"] = r["pred"]["step_s"] / float(r["step_s"]) - 1
-        # how the pairs whose mean length is not published move with that assumption (not a fit: the
-        # table shows the assumption's weight beside the rule's value, 0.5 of the limit)
-        sens = {}
-        for share in SENSITIVITY:
-            for r in steps:
-                if r["pair"] and "resp_mean" in r["assumed"]:
-                    q = dict(r, resp_mean=str(share * int(r["resp_max"])))
-                    sens[(r["id"], share)] = predict_step(q, Path(tmp))["step_s"]
-        for sig in SIGMAS[1:]:
-            for r in steps:
-                if published(r):
-                    r[f"sigma_{sig}"] = predict_step(dict(r, sigma=sig), Path(tmp))["step_s"]
-    gens = load(GEN_DATA)
+        # the rows whose step hinges on the assumed mean length, with other shares of the limit (the rule is 0.5)
+        sens: dict[str, dict[float, list[float]]] = {}
+        for r in rl_fit.validation_rows(steps):
+            if rl_fit.length_assumed(r):
+                for share in SENSITIVITY:
+                    q = dict(r, resp_mean=str(int(share * int(r["resp_max"]))))
+                    e = predict_step(q, Path(tmp))["step_s"] / float(r["step_s"]) - 1
+                    sens.setdefault(r["source_key"], {}).setdefault(share, []).append(abs(e))
+    with F.disabled():
+        for r in gens:
+            r["catalog"] = predict_generation(r)
     for r in gens:
         r["pred_s"] = predict_generation(r)
         r["err"] = r["pred_s"] / float(r["measured_s"]) - 1
+        r["loso"] = fit["held"][r["id"]] / float(r["measured_s"]) - 1
     tm = training_and_memory()
 
-    head = [r for r in steps if published(r)]
-    side = [r for r in steps if not published(r)]
-    head_ids = {r["id"] for r in head}
-    pairs = _pairs(steps)
-    head_pairs = [x for x in pairs if x[1]["id"] in head_ids and x[2]["id"] in head_ids]
-    side_pairs = [x for x in pairs if x not in head_pairs]
-    errs = np.array([abs(r["err"]) for r in head])
-    perr = np.array([abs(x[-1]) for x in head_pairs])
+    val = rl_fit.validation_rows(steps)
+    train_ids = {r["id"] for r in rl_fit.training_rows(steps)}
+    gen_loso = float(np.median([abs(r["loso"]) for r in gens]))
+    held = fit["held"]
+    loso = {r["id"]: held[r["id"]] / float(r["step_s"]) - 1 for r in val}
+    by_src: dict[str, list[float]] = {}
+    for r in val:
+        by_src.setdefault(r["source_key"], []).append(abs(loso[r["id"]]))
+    pairs = _pairs_of(val, {r["id"]: held[r["id"]] for r in val})
+    cat_pairs = {x[0]: x for x in _pairs_of(val, {r["id"]: r["catalog"] for r in val})}
+    fit_pairs = {x[0]: x for x in _pairs_of(val, {r["id"]: r["pred"]["step_s"] for r in val})}
+    errs = np.array([abs(v) for v in loso.values()])
+    perr = np.array([abs(x[-1]) for x in pairs])
+    worst_src = max(by_src.items(), key=lambda kv: np.median(kv[1]))
     mem_alloc = [abs(p["allocated"] / m - 1) for _, m, p in tm["memory"]]
     mem_res = [abs(p["reserved"] / m - 1) for _, m, p in tm["memory"]]
-    nan = float("nan")
-    tgt = [(f"published RL steps, median abs. error ({len(head)} rows)", np.median(errs), TARGETS["rl_median"]),
-           (f"published RL steps, worst abs. error ({len(head)} rows)", errs.max(), TARGETS["rl_max"]),
-           (f"paired configurations, worst abs. ratio error ({len(head_pairs)} pairs)",
-            perr.max() if len(perr) else nan, TARGETS["pair"]),
-           (f"paired configurations, median abs. ratio error ({len(head_pairs)} pairs)",
-            np.median(perr) if len(perr) else nan, TARGETS["pair"]),
+    tgt = [(f"complete published RL steps, leave-one-source-out median abs. error ({len(errs)} rows, "
+            f"{len(by_src)} sources)", np.median(errs), TARGETS["loso_median"]),
+           (f"the training set's rows (their steps do not hinge on an assumed mean length), leave-one-source-out "
+            f"median abs. error ({len(train_ids)} rows)",
+            float(np.median([abs(loso[i]) for i in train_ids])), TARGETS["loso_median"]),
+           (f"worst source's median abs. error, left out ({worst_src[0]}, {len(worst_src[1])} rows)",
+            float(np.median(worst_src[1])), TARGETS["source_median"]),
+           (f"same-hardware pairs, worst abs. ratio error, left out ({len(pairs)} pairs)",
+            perr.max() if len(perr) else float("nan"), TARGETS["pair"]),
+           (f"same-hardware pairs, median abs. ratio error, left out ({len(pairs)} pairs)",
+            np.median(perr) if len(perr) else float("nan"), TARGETS["pair"]),
+           (f"same-hardware pairs, worst abs. ratio error with the committed fit, training-set sources "
+            f"({sum(x[1]['id'] in train_ids for x in fit_pairs.values())} pairs)",
+            max([abs(x[-1]) for x in fit_pairs.values() if x[1]["id"] in train_ids] or [float("nan")]), TARGETS["pair"]),
+           (f"published vLLM generation (fixed lengths), median abs. error, left out ({len(gens)} rows; a source of "
+            f"the training set)", gen_loso, TARGETS["loso_median"]),
            (f"training iterations, median abs. error ({tm['rows']} rows, e2e_validation)", tm["median"],
             TARGETS["train_median"]),
            (f"peak memory, median abs. error vs reserved ({len(mem_res)} rows that publish it)", np.median(mem_res),
             TARGETS["memory_median"]),
-           (f"peak memory, median abs. error vs allocated ({len(mem_alloc)} rows)", np.median(mem_alloc),
-            TARGETS["memory_median"])]
+           (f"published configurations that ran, refused as out of memory: RL steps "
+            f"{sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps)} of {len(steps)}, "
+            f"training iterations {len(tm['refused'])} of {tm['rows']} ({', '.join(tm['refused']) or 'none'}; "
+            f"{len(tm['tight'])} more fit allocated but not by the reserved estimate)",
+            (sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps) + len(tm['refused']))
+            / (len(steps) + tm["rows"]), 0.0)]
     trainer = trainer_on_gpu()
     if trainer:
         n = len(trainer["step"])
-        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train; not the "
-                 "probe's 12, which set the host time per layer)",
+        tgt += [(f"this project's trainer on an H200, step time, median abs. error ({n} steps, gpu_train)",
                  np.median(np.abs(trainer["step"])), TARGETS["train_median"]),
-                (f"this project's trainer on an H200, peak memory vs allocated ({n} steps)",
-                 np.median(np.abs(trainer["alloc"])), TARGETS["memory_median"]),
                 (f"this project's trainer on an H200, peak memory vs reserved ({n} steps)",
                  np.median(np.abs(trainer["reserved"])), TARGETS["memory_median"])]
+    fitted = F.load()
     lines = ["# Validation on published RL runs, vLLM generation and paired configurations", "",
-             "Made by `python -m mosearch.bench.rl_validation`. Data: `benchmarks/data/rl_published.csv`, "
-             "`benchmarks/data/vllm_published.csv` (document, table and address per row). Predicted by the planner's "
-             "own model with the GPU catalog as shipped; error = predicted / measured - 1 (negative: predicted too "
-             "fast). **Nothing is fitted to these rows** (what was fitted on what: last section). The targets are "
-             "scored on the rows whose samples per step, mean and maximum response length are published; rows that "
-             "need one of those assumed are reported in a separate table outside the targets.", "",
+             "Made by `python -m mosearch.bench.rl_validation` (it refits with `mosearch/bench/rl_fit.py` for each "
+             "source it leaves out). Data: `benchmarks/data/rl_published.csv`, `benchmarks/data/vllm_published.csv` "
+             "(document, table and address per row). Error = predicted / measured step - 1 (negative: predicted "
+             "too fast); a row that publishes tokens per GPU and second is compared as the step those tokens take.",
+             "",
+             "**Leave one source out**: a source's rows share their assumptions, so each source's rows are predicted "
+             "by parameters fitted without any of that source's rows; a source with no row in the training set "
+             "(its steps hinge on an assumed mean length) is never fitted and is predicted by the full-set fit. "
+             f"Training set: {fitted.get('training_set', '-')}. **Length convention**: the mean generated length "
+             "is the published one, or derived from the source's published tokens and time (EasyR1), else half "
+             "the response limit (the CSV's rule); the maximum is the published limit.", "",
              "## Targets", "", "| measure | figure | target | met |", "|---|---|---|---|"]
     for name, v, t in tgt:
         lines.append(f"| {name} | {v * 100:.1f}% | <= {t * 100:.0f}% | {'yes' if v <= t else 'no'} |")
-    lines += ["", f"Load average when run: {'/'.join(f'{x:.1f}' for x in os.getloadavg())} (the figures are model "
-              "outputs, not timings).", "",
-              "## Published RL steps (samples, mean and maximum response length published)", ""]
-    lines += _step_rows(head)
-    lines += ["", "Where a source splits the step (generation; training = log-prob, reference and update passes), "
-              "each phase against the model's:", ""]
-    lines += _phase_rows(head)
-    lines += ["", "## Paired configurations on the same hardware (ratio of step times, b / a)", ""]
-    lines += _pair_rows(head_pairs)
-    lines += ["", "No source publishes the spread of its response lengths. The step each headline row would take "
-              "with a wider spread than the default (log-normal sigma 0.32, `model/lengths.py`):", "",
-              "| row | measured s | " + " | ".join(f"sigma {g:g}" for g in SIGMAS) + " |",
-              "|---|---|" + "---|" * len(SIGMAS)]
-    for r in head:
-        cells = [f"{r['pred']['step_s']:.4g}"] + [f"{r[f'sigma_{g}']:.4g}" for g in SIGMAS[1:]]
-        lines.append(f"| {r['id']} | {float(r['step_s']):.4g} | " + " | ".join(cells) + " |")
-    lines += ["", "## Not in the targets: rows that need an unpublished quantity", "",
-              "These rows' samples per step or response lengths are not published; the CSV's rules fill them "
-              "(listed under `assumed`), so their errors measure those rules as much as the model. Their median "
-              f"abs. error is {np.median([abs(r['err']) for r in side]) * 100:.0f}% over {len(side)} rows.", ""]
-    lines += _step_rows(side)
-    lines += ["", "Published phase times of these rows against the model's:", ""]
-    lines += _phase_rows(side)
-    lines += ["", "Their pairs (not in the targets):", ""]
-    lines += _pair_rows(side_pairs)
-    shown = [x for x in side_pairs if (x[1]["id"], SENSITIVITY[0]) in sens]
-    if shown:
-        lines += ["", "The predicted ratio if the unpublished mean were another share of the limit (the CSV's rule is "
-                  "0.5; the measured ratio for comparison):", "",
-                  "| pair | measured | " + " | ".join(f"mean = {s:g} x max" for s in SENSITIVITY) + " |",
-                  "|---|---|" + "---|" * len(SENSITIVITY)]
-        for name, a, b, meas, _, _ in shown:
-            cells = " | ".join(f"{sens[(b['id'], s)] / sens[(a['id'], s)]:.3f}" for s in SENSITIVITY)
-            lines.append(f"| {name} | {meas:.3f} | {cells} |")
-    lines += ["", "## Published vLLM generation (fixed lengths)", "",
-              "| row | source | GPU x TP | model | batch x (in, out) | measured s | predicted s | error |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Per source (complete rows, median abs. error)", "",
+              "| source | rows | in training set | catalog alone | left out | with the committed fit |",
+              "|---|---|---|---|---|---|"]
+    for s_, v in sorted(by_src.items()):
+        rs = [r for r in val if r["source_key"] == s_]
+        cat = np.median([abs(r["catalog"] / float(r["step_s"]) - 1) for r in rs])
+        com = np.median([abs(r["err"]) for r in rs])
+        lines.append(f"| {s_} | {len(rs)} | {sum(r['id'] in train_ids for r in rs)} | {cat * 100:.1f}% | "
+                     f"{np.median(v) * 100:.1f}% | {com * 100:.1f}% |")
+    if sens:
+        lines += ["", "Sources whose steps hinge on the unpublished mean generated length (never fitted): their median "
+                  "abs. error with the committed fit if the mean were another share of the limit (the convention: 0.5)",
+                  "", "| source | " + " | ".join(f"mean = {x:g} x max" for x in SENSITIVITY) + " |",
+                  "|---|" + "---|" * len(SENSITIVITY)]
+        for s_, d in sorted(sens.items()):
+            lines.append(f"| {s_} | " + " | ".join(f"{np.median(d[x]) * 100:.1f}%" for x in SENSITIVITY) + " |")
+    lines += ["", "## Complete published RL steps", "",
+              "| row | source | GPUs | model | executor | mode | measured s | catalog s | left out s | error | "
+              "committed fit s | rollout s | train s | switch s | assumed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in val:
+        p = r["pred"]
+        n = int(r["nodes"]) * int(r["gpus_per_node"])
+        mode = r["mode"] + (" k=" + r["k"] if r["mode"] == "async" else "") + (" eager" if r["eager"] == "1" else "")
+        lines.append(f"| {r['id']} | [{r['source']}]({r['url']}) | {n} {r['gpu']} | {r['model']} | {r['executor']} | "
+                     f"{mode} | {float(r['step_s']):.4g}{' (from tokens/s)' if r['step_derived'] else ''} | "
+                     f"{r['catalog']:.4g} | {held[r['id']]:.4g} | {pct(loso[r['id']])} | {p['step_s']:.4g} | "
+                     f"{p['rollout_s']:.4g} | {p['train_s']:.4g} | {p['switch_s']:.3g} | {', '.join(r['assumed']) or '-'} |")
+    lines += ["", "## Same-hardware pairs (ratio of step times b / a; left-out predictions)", "",
+              "A pair's two rows come from one source, so a left-out pair is predicted by parameters fitted without "
+              "either; where the pair is all the source says about a GPU type (the ROCm blog for MI300X, EasyR1 for "
+              "L20), leaving it out leaves that type at its prior. The committed fit's ratio is in-sample.", "",
+              "| pair | a | b | measured b/a | catalog b/a | left out b/a | ratio error | committed fit b/a | "
+              "ratio error |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, a, b, meas, prd, e in pairs:
+        c, fp = cat_pairs.get(name), fit_pairs.get(name)
+        lines.append(f"| {name} | {a['id']} | {b['id']} | {meas:.3f} | {c[4] if c else float('nan'):.3f} | {prd:.3f} | "
+                     f"{pct(e)} | {fp[4]:.3f} | {pct(fp[5])} |")
+    other = [r for r in steps if r not in val]
+    lines += ["", "## Other rows (not complete, or held out: the committed fit's prediction)", "",
+              "| row | source | GPUs | executor | measured s | catalog s | predicted s | error | assumed |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in other:
+        n = int(r["nodes"]) * int(r["gpus_per_node"])
+        lines.append(f"| {r['id']}{' (held out)' if r.get('held_out') == '1' else ''} | [{r['source']}]({r['url']}) | "
+                     f"{n} {r['gpu']} | {r['executor']} | {float(r['step_s']):.4g} | {r['catalog']:.4g} | "
+                     f"{r['pred']['step_s']:.4g} | {pct(r['err'])} | {', '.join(r['assumed']) or '-'} |")
+    lines += ["", "## Fitted parameters (problems/placement/data/fitted.yaml, `python -m mosearch.bench.rl_fit --write`)",
+              "", "```yaml", yaml.safe_dump({k: fitted.get(k) for k in ("params", "gpu_sources", "bands")},
+                                           sort_keys=False, width=110).rstrip(), "```", ""]
+    lines += ["## Published vLLM generation (fixed lengths)", "",
+              "| row | GPU x TP | model | batch x (in, out) | measured s | catalog s | left out error | committed fit s "
+              "| error |", "|---|---|---|---|---|---|---|---|---|"]
     for r in gens:
-        lines.append(f"| {r['id']} | [{r['source']}: {r['where']}]({r['url']}) | {r['gpu']} x {r['tp']} | {r['model']} | "
+        lines.append(f"| {r['id']} | {r['gpu']} x {r['tp']} | {r['model']} | "
                      f"{r['batch']} x ({r['prompt_len']}, {r['output_len']}){' x ' + r['waves'] if r['waves'] != '1' else ''}"
-                     f"{' eager' if r['eager'] == '1' else ''} | {float(r['measured_s']):.4g} | {r['pred_s']:.4g} | "
-                     f"{pct(r['err'])} |")
+                     f"{' eager' if r['eager'] == '1' else ''} | {float(r['measured_s']):.4g} | {r['catalog']:.4g} | "
+                     f"{pct(r['loso'])} | {r['pred_s']:.4g} | {pct(r['err'])} |")
     gerr = [abs(r["err"]) for r in gens]
-    lines.append(f"\nGeneration: median abs. error {np.median(gerr) * 100:.1f}% over {len(gens)} rows.")
+    lines.append(f"\nGeneration: median abs. error {gen_loso * 100:.1f}% left out, {np.median(gerr) * 100:.1f}% with the "
+                 f"committed fit, over {len(gens)} rows.")
     lines += ["", "## Peak memory (mosearch/bench/e2e_validation.py rows that publish it)", "",
               "| row | measured GB | allocated GB | error | reserved GB | error |", "|---|---|---|---|---|---|"]
     for rid, m, p in tm["memory"]:
         lines.append(f"| {rid} | {m:.1f} | {p['allocated']:.1f} | {pct(p['allocated'] / m - 1)} | {p['reserved']:.1f} | "
                      f"{pct(p['reserved'] / m - 1)} |")
+    import subprocess
+    import platform
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    cpu = next((ln.split(":", 1)[1].strip() for ln in _cpuinfo() if ln.startswith("model name")), platform.machine())
+    lines += ["", f"Commit {commit}; machine: {cpu}, {os.cpu_count()} CPUs (the figures are model outputs, not "
+              "timings)."]
     text = "\n".join(lines) + "\n" + NOTES
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     from problems.atomic import atomic_write_text
@@ -332,74 +277,51 @@ def main(argv=None) -> int:
 NOTES = """
 ## What was fitted on what
 
-- Training efficiencies (mfu, element-wise bandwidth share, per-layer floor): per-layer profiles of
-  Sailor and Aceso (`mosearch/bench/model_validation.py`), per GPU type; none on these rows.
-- Inference efficiencies (prefill_eff, decode_eff, kernel floor): vidur's per-operator profiles (H100,
-  A100, A40), same script; other GPU types their generation's prior (`data/generations.yaml`).
-- Not fitted, taken from a published measurement or a library's code (`model/params.py`, `model/rollout.py`,
-  `model/training.py`, `data/generations.yaml`): the engine's host work per running sequence and decode step
-  (21.5 us: vLLM issue 10634, 5-6 ms of GPU idle between steps at batch 256); an eager engine's launch cost
-  (47 us per layer and step: vLLM pull request 1440, Llama-2-7B eager vs CUDA graphs), applied to the rows
-  whose framework ran without CUDA graphs at the stated commit (column `eager`); the sampler's 44 bytes per
-  vocabulary entry and sequence (vLLM V1's sampler); flash attention at 35% of the H100's peak and 50% of
-  the A100's (FlashAttention-3 and FlashAttention-2 papers) with a backward of 2.5 forwards; the logits' 22 / 8
-  bytes per vocabulary entry and token (verl's log-prob path, PyTorch's cross-entropy); the eager element-wise
-  kernels' bytes (Hugging Face's and torchtitan's RMSNorm, RoPE and SwiGLU modules, `eager_elementwise_bytes`),
-  set per row from the framework's configuration at its commit (column `kernels`).
-- Response-length shape sigma = 0.32: Seer's published tail statistic (`model/lengths.py`).
-- Nothing else; the CSV's assumption rules were written before the rows were scored and are the same
-  for every row.
+- Fitted on the training set (`python -m mosearch.bench.rl_fit --write`, problems/placement/data/fitted.yaml;
+  the table above): the MFU of CDNA3 (MI300X: the ROCm blog's rows) and Ada (L20: EasyR1's) relative to Hopper's,
+  the rollout engine's share of memory bandwidth per generation, its host time per running sequence and decode
+  step, and per executor family the fixed seconds per step, per sample and per training micro-batch. Each left-out
+  source's rows are predicted by a refit without them.
+- Not fitted here: Hopper's matmul efficiency, element-wise share and per-layer floor (per-layer profiles of
+  Sailor and Aceso, `mosearch/bench/model_validation.py`); the catalog's inference efficiencies (vidur's
+  per-operator profiles), which the fitted generation scales multiply; the eager engine's launch cost (47 us per
+  layer and step, vLLM pull request 1440), applied where the row's executor version ran without CUDA graphs
+  (model/executor_costs.py, column `eager`); the sampler's and the logits' bytes, flash attention's efficiency,
+  the eager element-wise kernels' bytes (the files' comments); the response-length shape sigma = 0.32 (Seer).
+- Never fitted: NeMo-RL's row (its performance pages are a held-out check); the rows whose step hinges on an
+  assumed mean length (verl's fully_async tables, AReaL v0.1's log); the vLLM generation rows, the training
+  iterations and the H200 trainer steps (checks; the fit moves the rollout engine's figures and the external
+  executors' terms, not this project's trainer's training time).
 
-## Why the targets are missed (read from the tables above)
+## Why the targets that are missed are missed (read from the tables above)
 
-- Four RL rows publish their samples and lengths (the headline); three of them split the step. Modelled in
-  this round, each from the executor's own code: a sequence's attention work as E[(p + L)^2] over the lengths;
-  the element-wise kernels eager PyTorch modules run (RMSNorm, RoPE, SwiGLU as several ops with fp32
-  intermediates: verl's FSDP workers, and the unfused RoPE/activation of Megatron-core's defaults that verl's
-  Megatron workers keep); verl's offload as a between-phase move, not CPU Adam; NeMo-RL's default training
-  layout (FSDP2 on Hugging Face modules, packing, a reference pass). Left: training 25-26% too fast on all three
-  split rows, generation 16-20% too fast on the 1.5B runs and 56% on verl's 7B run.
-- Generation: a synchronous rollout's decode steps are bounded by the longest response (27,648 steps here) and
-  each step's GPU time by reading the weights and the live KV cache; the 7B run's 325 s is 11.8 ms a step where
-  the roofline, the kernels' floors, the all-reduces and the host work give about 5 ms. Checked and ruled out:
-  CUDA graphs were on (verl f252da3's SGLang engine passes no disable_cuda_graph); the KV cache at
-  mem_fraction 0.4 holds the engine's 64 sequences at their peak (about 0.4M of 0.8M tokens); decode attention
-  alone fits 0.83 of the bandwidth on vidur's A100 profiles against 0.92 with the GEMMs (a 10% effect on the
-  KV read, not 2x; no H100 attention profile exists). SGLang's per-step costs at 28K contexts are measured by no
-  source found, so nothing is added for them.
-- Training: the forward-only passes run at 24-28% of the BF16 peak (1.5B prev-logprob 52.6K tokens/s per GPU,
-  7B reference 16.5K tokens/s per GPU, attention counted). Small GEMMs are not the cause at RL's token counts:
-  Aceso's GH200 per-op profiles put the MLP GEMMs of 1,024-2,560-wide layers at 0.62-0.70 of the peak once a
-  micro-batch holds 8K+ tokens (14-30K here); only the attention projections of the narrowest layers stay at
-  0.3-0.4, about 5% of the 1.5B model's step. The H100's matmul efficiency is the GH200 per-layer fit (mfu 0.57);
-  no H100 SXM layer profile exists here to refit it, and the uniform remainder (the same -25% on Megatron and
-  FSDP, 1.5B and 7B) is what such a profile would settle. RLinf's "recompute 20 blocks" (of 28) runs as full
-  recomputation (a plan holds a boolean), which over-counts 8 layers' recomputed forward.
-- Step phases outside the model: reward scoring and advantages (verl's 7B table: 5.1 s and 0.5 s), and 18.6 s of
-  verl's 1.5B step outside its generation, log-prob and training times; no source gives a per-sample reward cost
-  to carry to other rows.
-- The NeMo-RL row (-46%): its page publishes only the step; its split is on the held-out page and not read.
-- Pairs: the one headline pair (verl and RLinf on the same 8 H100, same workload) is within 2%; every other
-  pair needs an unpublished mean length. Those pairs (verl's asynchronous tables, AReaL's blog) are reported
-  outside the targets: verl's own update_actor times imply about 1.3K-token responses where the rule puts
-  14K, so their predicted ratios measure the rule.
-- Training iterations (mosearch/bench/e2e_validation.py): with the eager element-wise kernels read off torchtitan's
-  configs (column `kernels`), its eager H100 rows moved from -26%/-24% to about -10%, now close to its compiled
-  rows (-14%/-12%); the A100 torchtitan rows stay 17-29% too fast (their A100 mfu of 0.93 from the per-layer fit
-  leaves the element-wise kernels a small share), and the FP8 and 2D/3D rows 22-30%.
-- Memory: the sources publish the allocator's reserved peak; the reserved prediction meets the target,
-  the allocated one is lower by design.
+- verl's fully_async tables (28K-token limit, DAPO on Qwen2.5-Math-7B): their mean generated length is not
+  published; the convention's half of the limit (14K) is about 7x what the source's own old_log_prob time implies
+  (about 2K), so the source's error measures the convention (the sensitivity table). Their pairs measure it too,
+  and more: the colocated runs' update_actor on 32 GPUs (314 s) is slower than the asynchronous runs' on 16 (270 s)
+  for the same samples per step, which no per-GPU rate explains; the colocated trainer's own settings (dynamic
+  batch token limits under the sleeping engine's memory, offloads) are not published.
+- AReaL v0.1's 7B log (-40%): the mean length (8K by the convention of a 16K limit) is unpublished; ReaLHF's own
+  engine and trainer have no published step terms (the areal family's terms come from no row: 0 s).
+- Pairs left out: a GPU type seen only in one source (MI300X, L20) is at its prior when that source is left out;
+  with the committed fit the H100 / MI300X ratios are within 6-27% (MI300X measured 1-19% faster, predicted 0-7%
+  slower: per-step and per-micro-batch costs common to both GPUs dominate the verl v0.3 steps, and the PPO and GRPO
+  rows pull CDNA3's matmul efficiency in opposite directions); EasyR1 v0.3.2's
+  micro-batch pair (dynamic batching packs by tokens, so the micro-batch column is not what ran) cannot be told
+  apart.
+- Training iterations (mosearch/bench/e2e_validation.py) and this project's trainer on an H200 are unchanged by
+  this fit (it does not touch Hopper's training efficiencies): torchtitan's A100, FP8 and 2D/3D rows stay 17-30%
+  too fast.
 
 ## Where the model stops
 
-- Fractional staleness (verl's staleness_threshold 0.1, 0.3) and streaming with a require_batches knob
-  cannot be stated in a plan: those rows of verl's ablation tables are left out, and 0.5 runs as k = 1.
+- Fractional staleness (verl's staleness_threshold 0.1, 0.3, 0.5) and streaming with a require_batches knob
+  cannot be stated in a plan: 0.5 runs as k = 1; the 0.1 / 0.3 rows of verl's ablation tables are left out.
 - Partial rollouts (verl fully-async, AReaL's interruptible generation) are what lets an asynchronous
-  rollout keep its batch full across steps; the model's async mode assumes it (the drain's excess is
-  spread over k + 1 versions), so one-step-off rows without partial rollouts are predicted too fast.
-- The engine's execution mode (CUDA graphs or eager) is not a plan field: the model assumes CUDA graphs
-  (vLLM's and SGLang's default) unless a calibration sets `decode_layer_s`; this benchmark sets it from the
-  row's framework defaults.
+  rollout keep its batch full across steps; the model's async mode assumes it.
+- Vision-language models (EasyR1's Qwen2.5-VL rows) run as their language model; the vision tower (0.67B) and the
+  images' tokens beyond the 256-token prompt rule are not modelled.
+- Linear-attention models (miles' Qwen3.8-27B row) are not modelled: that row is left out.
 """
 
 

@@ -170,6 +170,10 @@ def import_plan(source: str, config: str | None, overrides: list[str], cluster_p
         key = shape.keys.get((err.key or "").rsplit(".", 1)[-1], err.key)
         raise InputError(written(key), key, err.problem, err.expected) from None
     problem = PlacementProblem(cluster, workload)
+    # the executor's step work as its code does it (model/executor_costs.py): the config's executor runs the plan
+    from problems.placement.model.fitted import apply_executor
+
+    apply_executor(problem.ctx, source)
     try:
         r = problem.evaluate_plans([plan])
     except ValueError as err:  # a layout the search space cannot hold (e.g. a TP it never tries)

@@ -173,7 +173,11 @@ def format_job(p: dict) -> str:
     lines.append("  memory per GPU (GB, most loaded stage):")
     lines += [f"    {k:<42}{v:>10.3g}" for k, v in m.items()]
     if not p["fits"]:
-        lines.append(f"  DOES NOT FIT: {m['reserved']:.1f} GB reserved > {m['capacity']:.0f} GB (exit status 3)")
+        lines.append(f"  DOES NOT FIT: {m['allocated']:.1f} GB allocated > {m['capacity']:.0f} GB (exit status 3)")
+    elif p.get("tight"):
+        lines.append(f"  TIGHT: {m['allocated']:.1f} GB allocated fits {m['capacity']:.0f} GB, the {m['reserved']:.1f} GB "
+                     "reserved estimate (30% allocator fragments assumed) does not: it runs if the allocator fragments "
+                     "less (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps)")
     lines.append("  assumptions:")
     lines += [f"    - {a}" for a in p["assumptions"]]
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mosearch.report.terminal import OPTIONAL_PARTS, STEP_LABELS, gpu_summary, step_parts
+from mosearch.report.terminal import OPTIONAL_PARTS, STEP_LABELS, band_text, gpu_summary, step_parts
 from problems.atomic import atomic_write_text
 from problems.placement.names import MODE_COLOURS, MODE_WORDS, OTHER_COLOUR
 from problems.placement.plan import Plan
@@ -44,6 +44,7 @@ def _plan_record(p: Plan, run_dir: Path, baseline: str | None = None) -> dict:
         d[kind]["path"] = spec_name(d[kind]["path"], run_dir)
     d["baseline"] = baseline
     d["gpus_text"] = gpu_summary(p)
+    d["band_text"] = band_text(p)  # the samples/s range the model's held-out error gives (model/fitted.py)
     return d
 
 
@@ -227,11 +228,11 @@ tr.sel {{ background: #fff3b0; }}
 </div>
 <div class="row"><div>{figure}{key}</div><div id="detail"><p>Hover or click a point to see its plan.</p></div></div>
 <p class="note">Each point is a distinct plan: plans closer than the resolution in every objective are shown once
-(every plan found is in front_all.csv). Colour: execution mode. Predictions of the performance model.
+(every plan found is in front_all.csv). Colour: execution mode. Predictions of the performance model; a band is the 10th-90th percentile of its held-out error on published RL steps of the plan's executor and GPU generations.
 <code>mosearch pick RUN --max-cost B</code> gives the fastest plan within a budget, <code>--min-throughput T</code>
 the cheapest reaching T.</p>
 <h2 style="font-size:1.1em">Plans within the limits</h2>
-<table id="plans"><thead><tr><th>plan</th><th>samples/s</th><th>tokens/s</th><th>$/h</th><th>$/1k samples</th>
+<table id="plans"><thead><tr><th>plan</th><th>samples/s</th><th>band</th><th>tokens/s</th><th>$/h</th><th>$/1k samples</th>
 <th>peak mem</th><th>staleness</th><th class="l">mode</th><th class="l">GPUs used</th></tr></thead><tbody></tbody></table>
 <script>
 const PLANS = {plans};
@@ -246,7 +247,7 @@ function detail(p) {{
   const pr = p.predicted;
   const knee = KNEE !== null && p.plan_id === PLANS[KNEE].plan_id && !p.baseline;
   let h = `<h3>${{esc(p.baseline ? "baseline planner " + p.baseline : p.plan_id)}}${{knee ? " (knee)" : ""}}</h3>`;
-  h += `<p><b>${{fmt(pr.throughput_samples_s,2)}}</b> samples/s (${{fmt(pr.throughput_tokens_s,0)}} tokens/s), ` +
+  h += `<p><b>${{fmt(pr.throughput_samples_s,2)}}</b> samples/s (band ${{esc(p.band_text)}}: the model's held-out error; ${{fmt(pr.throughput_tokens_s,0)}} tokens/s), ` +
        `<b>${{fmt(pr.cost_usd_h,2)}}</b> $/h (${{fmt(pr.usd_per_1k_samples,3)}} $ per 1,000 samples), ` +
        `peak memory <b>${{fmt(pr.peak_mem_frac,2)}}</b> of a GPU, staleness <b>${{fmt(pr.staleness,2)}}</b> versions</p>`;
   h += "<table><tr><th>GPUs</th><th>rollout</th><th>train</th><th>shared</th><th>engines (TP)</th></tr>";
@@ -288,7 +289,7 @@ function refresh() {{
   const rows = PLANS.map((p, i) => [p, i]).filter(([p, i]) => keep[i]).sort((a, b) => b[0].predicted.throughput_samples_s - a[0].predicted.throughput_samples_s);
   document.querySelector("#plans tbody").innerHTML = rows.map(([p, i]) => {{
     const pr = p.predicted;
-    return `<tr data-i="${{i}}" class="${{i === KNEE ? "sel" : ""}}"><td>${{esc(p.plan_id)}}${{i === KNEE ? " (knee)" : ""}}</td><td>${{fmt(pr.throughput_samples_s,2)}}</td><td>${{fmt(pr.throughput_tokens_s,0)}}</td>` +
+    return `<tr data-i="${{i}}" class="${{i === KNEE ? "sel" : ""}}"><td>${{esc(p.plan_id)}}${{i === KNEE ? " (knee)" : ""}}</td><td>${{fmt(pr.throughput_samples_s,2)}}</td><td>${{esc(p.band_text)}}</td><td>${{fmt(pr.throughput_tokens_s,0)}}</td>` +
       `<td>${{fmt(pr.cost_usd_h,2)}}</td><td>${{fmt(pr.usd_per_1k_samples,3)}}</td><td>${{fmt(pr.peak_mem_frac,2)}}</td>` +
       `<td>${{fmt(pr.staleness,2)}}</td><td class="l">${{esc(p.execution.mode)}}</td><td class="l">${{esc(p.gpus_text)}}</td></tr>`;
   }}).join("");

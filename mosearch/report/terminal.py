@@ -76,6 +76,23 @@ def gpu_summary(plan: Plan) -> str:
     return " + ".join(f"{n} {g}" for g, n in sorted(by.items(), key=lambda kv: -kv[1])) or "none"
 
 
+def throughput_band(plan: Plan) -> tuple[float, float] | None:
+    """The samples/s range the model's held-out error on published runs gives this plan (its executor and GPU
+    generations: problems/placement/model/fitted.py), or None without a prediction."""
+    from problems.placement.model.fitted import plan_band
+
+    thr = plan.predicted.get("throughput_samples_s")
+    if thr is None or not np.isfinite(thr):
+        return None
+    lo, hi = plan_band(plan.executor, [p.gpu for p in plan.pools if p.used_gpus])
+    return thr * float(np.exp(lo)), thr * float(np.exp(hi))
+
+
+def band_text(plan: Plan) -> str:
+    b = throughput_band(plan)
+    return "-" if b is None else f"{b[0]:.3g}-{b[1]:.3g}"
+
+
 def _value(plan: Plan, key: str) -> float:
     v = plan.predicted.get(key)
     return float("nan") if v is None else float(v)
@@ -147,19 +164,34 @@ def front_table(plans: list[Plan], baselines: dict[str, Plan], title: str, knee_
     t.add_column("plan", no_wrap=True)
     for key, (head, _, _) in METRIC_COLUMNS.items():
         t.add_column(head, justify="right")
+        if key == "throughput_samples_s":
+            t.add_column("samples/s band", justify="right")
     t.add_column("GPUs and roles")
     t.add_column("mode")
     t.add_column("training layout")
     for p in plans:
         name = p.plan_id + (" (knee)" if p.plan_id == knee_id else "")
-        t.add_row(name, *[_fmt(p, k) for k in METRIC_COLUMNS], pool_roles(p), mode_summary(p), layout_summary(p),
+        t.add_row(name, *_metric_cells(p), pool_roles(p), mode_summary(p), layout_summary(p),
                   style="bold" if p.plan_id == knee_id else None)
     if baselines:
         t.add_section()
         for name, p in baselines.items():
-            t.add_row(f"baseline: {name}", *[_fmt(p, k) for k in METRIC_COLUMNS], pool_roles(p),
+            t.add_row(f"baseline: {name}", *_metric_cells(p), pool_roles(p),
                       mode_summary(p), layout_summary(p), style="dim")
     return t
+
+
+def _metric_cells(p: Plan) -> list[str]:
+    cells = []
+    for k in METRIC_COLUMNS:
+        cells.append(_fmt(p, k))
+        if k == "throughput_samples_s":
+            cells.append(band_text(p))
+    return cells
+
+
+BAND_NOTE = ("samples/s band: the 10th-90th percentile of the model's held-out error on published RL steps of the "
+             "plan's executor and GPU generations (problems/placement/data/fitted.yaml)")
 
 
 def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
@@ -196,6 +228,8 @@ def plan_tables(plan: Plan, front: list[Plan]) -> list[Table]:
         worst = (vals.min() if higher else vals.max()) if len(vals) else float("nan")
         pred.add_row(head, _fmt(plan, key), "-" if not np.isfinite(best) else fmt.format(best),
                      "-" if not np.isfinite(worst) else fmt.format(worst))
+        if key == "throughput_samples_s":
+            pred.add_row("samples/s band (held-out error)", band_text(plan), "", "")
     steps = step_parts(plan.predicted)
     tables = [roles, lay, pred]
     if steps:

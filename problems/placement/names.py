@@ -45,6 +45,15 @@ ELEMENTWISE_KERNELS_HELP = (
     "apply_rope_fusion and bias_activation_fusion, as verl's Megatron workers run it); eager-activation: only the "
     "gated MLP's activation unfused (Megatron-core with apply_rope_fusion on, bias_activation_fusion off)")
 
+# optimizer states of a 16-bit training run: fp32 (mixed precision: an fp32 master copy, m and v; Megatron,
+# DeepSpeed, FSDP's MixedPrecision) or bf16 (bf16 weights, gradients, m and v, no master copy: EasyR1's bf16
+# recipes, optim.strategy adamw_bf16)
+OPTIMIZER_STATES: tuple[str, ...] = ("fp32", "bf16")
+OPTIMIZER_STATES_HELP = (
+    "fp32: mixed precision, an fp32 master copy of the 16-bit weights with fp32 Adam moments (16 bytes per "
+    "parameter with weights and gradients); bf16: weights, gradients and both moments in bf16, no master copy "
+    "(8 bytes per parameter: EasyR1's bf16 recipes, adamw_bf16); only with a 16-bit precision")
+
 AMP_AUTOCAST_HELP = (
     "the trainer runs Hugging Face modules under PyTorch autocast over fp32 weights, with PyTorch's AdamW and a "
     "loss over the full vocabulary's fp32 log-softmax and entropy, as this project's trainer (and TRL) do: memory "

@@ -81,7 +81,7 @@ class PlacementProblem(Problem):
         for gpu, over in (efficiencies or {}).items():
             self.efficiencies.setdefault(gpu, {}).update(over)
         self.layout = Layout.build(cluster, scored, self.executor.name)
-        self.ctx: ModelContext = _model.build_context(cluster, scored, self.efficiencies)
+        self.ctx: ModelContext = _model.build_context(cluster, scored, self.efficiencies, executor=self.executor.name)
         self.cluster_ref = _spec_ref(cluster.name, cluster.path)
         self.workload_ref = _spec_ref(workload.name, workload.path)
         xl, xu = self.layout.bounds()

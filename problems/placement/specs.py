@@ -29,7 +29,8 @@ from problems.placement.catalog import (
     nearest,
     with_prior,
 )
-from problems.placement.names import AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP, PRECISIONS
+from problems.placement.names import (AMP_AUTOCAST_HELP, ELEMENTWISE_KERNELS, ELEMENTWISE_KERNELS_HELP,
+                                      OPTIMIZER_STATES_HELP, PRECISIONS)
 from problems.specio import Spec, load_model
 
 ElementwiseKernels = Literal[ELEMENTWISE_KERNELS]  # type: ignore[valid-type]
@@ -390,6 +391,7 @@ class WorkloadSpec(Spec):
     kl_reference: bool = Field(default=False, description="GRPO: keep a reference model for a KL term")
     elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
     amp_autocast: bool = Field(default=False, description=AMP_AUTOCAST_HELP)
+    optimizer_states: Literal["fp32", "bf16"] = Field(default="fp32", description=OPTIMIZER_STATES_HELP)
     sequence_packing: bool = Field(default=False, description="training packs sequences without padding (verl "
                                                               "use_remove_padding, AReaL): micro-batches of mean length")
 
@@ -415,6 +417,7 @@ class Workload:
     sequence_packing: bool = False
     elementwise_kernels: str = "fused"
     amp_autocast: bool = False
+    optimizer_states: str = "fp32"
 
     @property
     def samples_per_step(self) -> int:
@@ -479,6 +482,11 @@ def load_workload(path: str | Path) -> Workload:
                          "at least 2 (GRPO scores each sample against its group), or algorithm ppo")
     if spec.response_len.max + spec.prompt_len <= 0:
         raise InputError(path, "response_len.max", "no tokens per sample")
+    if spec.optimizer_states == "bf16" and (spec.precision not in ("bf16", "fp16", "fp8") or spec.amp_autocast):
+        # bf16 states replace a 16-bit run's fp32 master copy; fp32 weights (tf32, fp32, autocast) have none
+        raise InputError(path, "optimizer_states", f"bf16 with precision {spec.precision}"
+                         + (" and amp_autocast" if spec.amp_autocast else ""),
+                         "fp32, or a 16-bit precision without amp_autocast")
     if arch.max_context is not None and spec.prompt_len + spec.response_len.max > arch.max_context:
         # the engines refuse a longer sequence (vLLM's max_model_len is at most the model's)
         raise InputError(path, "response_len.max", f"prompt_len {spec.prompt_len} + response_len.max "
@@ -495,6 +503,7 @@ def load_workload(path: str | Path) -> Workload:
         has_reference=ppo or spec.kl_reference, has_critic=ppo, attention=spec.attention, model_dir=model_dir,
         response_sigma=spec.response_len.sigma, sequence_packing=spec.sequence_packing,
         elementwise_kernels=spec.elementwise_kernels, amp_autocast=spec.amp_autocast,
+        optimizer_states=spec.optimizer_states,
     )
 
 

@@ -260,3 +260,27 @@ def test_a_result_path_that_is_a_pipe_is_refused_not_replaced(mixed8_run, tmp_pa
     assert main(["pick", str(mixed8_run), "--out", str(pipe)]) == 2
     assert capsys.readouterr().err == f"mosearch: {pipe}: is not a regular file (a file path to write)\n"
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+
+
+def test_pick_prints_the_band_and_settles_a_tie_only_when_asked(mixed8_run, tmp_path, capsys):
+    from mosearch.report.terminal import throughput_band
+
+    run = load_run(mixed8_run)
+    F = objective_matrix(run.all_plans)
+    budget = float(np.median(F[:, 1]))
+    plain, tied = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--out", str(plain)]) == 0
+    text = capsys.readouterr().out
+    chosen = load_plan(plain)
+    lo, hi = throughput_band(chosen)
+    assert lo < chosen.predicted["throughput_samples_s"] < hi and "band" in text
+    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--prefer-when-tied", "--out", str(tied)]) == 0
+    text2 = capsys.readouterr().out
+    other = load_plan(tied)
+    if "tied within the bands" in text and "--prefer-when-tied takes it" in text:
+        # the tied neighbour is taken: cheaper (or as cheap and less stale), within the budget, bands overlapping
+        assert other.plan_id != chosen.plan_id and f"taking {other.plan_id}" in text2
+        assert other.predicted["cost_usd_h"] <= budget
+        assert decide.tied_within_bands(throughput_band(chosen), throughput_band(other))
+    else:
+        assert other.plan_id == chosen.plan_id

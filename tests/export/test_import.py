@@ -326,9 +326,11 @@ def test_areal_values_other_than_the_workloads_are_said_and_its_staleness_scored
         "mosearch import: train_dataset.max_length=1024: the workload's prompt_len is 512: scored with the workload's.",
         "mosearch import: rollout.max_head_offpolicyness=4: above the workload's max_staleness 2: scored as the "
         "config runs."]
-    # scored at the staleness the config runs, not clipped to the workload's bound as "the nearest plan"
+    # scored at the staleness the config runs, not clipped to the workload's bound as "the nearest plan"; the
+    # predicted lag is the flow's at bound 4 (AReaL takes the engine's log-probs, so training is no bottleneck here
+    # and rollout runs about one version ahead)
     plan = yaml.safe_load((tmp_path / "plan.yaml").read_text())
-    assert plan["execution"]["staleness_bound"] == 4 and plan["predicted"]["staleness"] > 2
+    assert plan["execution"]["staleness_bound"] == 4 and 1.0 <= plan["predicted"]["staleness"] <= 4.0
 
 
 @pytest.mark.parametrize("given,refused", [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from problems.placement.model import cost as _cost
+from problems.placement.model.executor_costs import executor_terms
 from problems.placement.model.flow import MODE_COLOCATED, compose, switch_s
 from problems.placement.model.memory import STATE_PARTS, train_memory
 from problems.placement.model.params import ModelContext, build_context
@@ -31,10 +32,16 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     # orchestration overheads (0 unless calibrated from runs): one rollout call per chunk, and each
     # engine's share of the samples
     call = chunks * e["rollout_call_s"].max() + ctx.samples / np.maximum(ro["rollout_engines"], 1) * e["rollout_sample_s"].max()
+    # the executor's own per-step work (model/executor_costs.py): per sample on the rollout side (reward
+    # scoring, the driver's data handling), fixed per step on the training side (sleep/wake, round trips)
+    ex_train, ex_roll = executor_terms(ctx, colo, ctx.samples)
+    call = call + ex_roll
     for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
         ro[key] = ro[key] + call
     per_rank_mb = pmax(chunks[:, None] * tr["micro_batches"]) * ctx.updates
-    tr["train_s"] = (tr["train_s"] + e["train_call_s"].max() + e["microbatch_loop_s"].max() * per_rank_mb
+    fx = ctx.fitted_steps
+    tr["train_s"] = (tr["train_s"] + ex_train + e["train_call_s"].max()
+                     + fx.get("microbatch_s", 0.0) * per_rank_mb + e["microbatch_loop_s"].max() * per_rank_mb
                      + np.where(tr["dp"] > 1, e["dp_microbatch_s"].max() * per_rank_mb, 0.0))
     engines = ro["engines"]
     train_gpus = f["train_gpus"] + f["shared_gpus"]
@@ -66,7 +73,10 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     sync, sync_cross, sync_usd = sync_s(bytes_w, ctx.region[src], engines, ctx.region, ctx.region_bw, ctx.region_lat,
                                         ctx.region_egress, f["route"] == 1, int(ctx.region_bw.shape[0]),
                                         {k: e[k] for k in SYNC_EFF}, ctx.hbm[src], colo, gather)
-    sw = pmax(np.where(shared, switch_s(states[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
+    # what leaves the GPU for the engine's turn: the training states where the executor offloads them, and
+    # its offloaded parameters reloaded once per training-side phase (model/executor_costs.py)
+    moved = states * ctx.steps.states_offloaded + ctx.steps.param_phases * mem["weights"] / 2.0
+    sw = pmax(np.where(shared, switch_s(moved[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
                                    ctx.host_memory), 0.0))
     sw = np.where(colo, sw, 0.0)
 

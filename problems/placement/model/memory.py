@@ -70,9 +70,12 @@ def selective_op_split(hidden, q_dim, kv_dim, ffn, gated=True):
     return float(recomputed), float(sharded), float(whole)
 
 
-def state_bytes_per_param(bpe: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter for Adam; they sum to 16."""
+def state_bytes_per_param(bpe: int, bf16_states: bool = False) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter for Adam: 16 in all, 8 with bf16 optimizer states
+    (`optimizer_states: bf16`: bf16 m and v, no fp32 master copy)."""
     if bpe == 2:
+        if bf16_states:
+            return 2.0, 2.0, 4.0  # bf16 weights, grads, m and v
         return 2.0, 2.0, 12.0  # bf16/fp16 weights and grads; fp32 master + m + v
     return 4.0, 4.0, 8.0  # fp32 weights and grads; m + v
 
@@ -110,7 +113,7 @@ def model_state_parts(ctx: ModelContext, tp, pp, dp, sharding, offload, ep=None)
 
 def _state_parts(ctx: ModelContext, psh, dp, sharding, offload) -> dict[str, np.ndarray]:
     """`model_state_parts` of `psh` parameters per GPU whose states shard over `dp` ranks."""
-    w, g, o = state_bytes_per_param(ctx.bpe)
+    w, g, o = state_bytes_per_param(ctx.bpe, ctx.bf16_states)
     dpf = np.maximum(dp, 1).astype(float)
     z3 = params_sharded(sharding)
     w_div = np.where(z3, dpf, 1.0)
@@ -119,7 +122,7 @@ def _state_parts(ctx: ModelContext, psh, dp, sharding, offload) -> dict[str, np.
     copies = 1.0 + ctx.has_critic
     return {"weights": psh * w / w_div * copies, "gradients": psh * g / g_div * copies,
             "optimizer": np.where(np.asarray(offload).astype(bool), 0.0, psh * o / o_div) * copies,
-            "reference": ctx.has_reference * psh * w / w_div}
+            "reference": ctx.has_reference * (not ctx.steps.reference_on_host) * psh * w / w_div}
 
 
 def model_state_bytes(ctx: ModelContext, tp, pp, dp, sharding, offload, ep=None) -> np.ndarray:
@@ -147,13 +150,17 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         s = np.maximum(ctx.prompt_len + ctx.resp_mean, s / np.maximum(mb, 1))
     scale = ctx.bpe / 2  # Korthikanti's coefficients count 16-bit elements
     sbh = s * mb * ctx.hidden
-    # unfused attention also keeps the scores, softmax output and dropout mask: 5as/(ht) per element
-    scores = 0.0 if ctx.flash else 5 * ctx.heads * s / (ctx.hidden * tp)
+    # unfused attention also keeps, per score element, the softmax output and the dropout's output (working
+    # precision each) and its mask (1 byte: PyTorch's native_dropout saves a bool mask whatever the dtype):
+    # Korthikanti's 5as/(ht) in 16-bit, 9 bytes per element in fp32
+    scores = 0.0 if ctx.flash else ctx.heads * s / (ctx.hidden * tp) * (2.0 * ctx.bpe + 1.0)
     # sequence parallelism splits the layer norm / dropout activations and the layer input over t too
     # (Korthikanti et al. 2022, eq. 4.2.2: s b h 34 / t; full recomputation keeps 2 s b h / t)
     sp = np.where(ctx.sequence_parallel, tp, 1)
     base = np.where(ctx.sequence_parallel, 34.0 / tp, 10.0 + 24.0 / tp)
-    per_layer_full = sbh * (base + scores) * scale
+    # of those, the two dropout masks after attention and after the MLP are 1 byte per element in any precision
+    masks = 2.0 / sp
+    per_layer_full = sbh * ((base - masks) * scale + masks + scores)
     full_rec = recompute.astype(bool)
     per_layer_kept = np.where(full_rec, 2 * sbh * scale / sp, per_layer_full)
     if ctx.selective_op:  # torchtitan's selective op: the layer input, the saved matmul outputs, attention's output
@@ -162,7 +169,10 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         lse = ctx.heads / tp * 4  # fp32 log-sum-exp per head, bytes
         per_layer_kept = np.where(full_rec, per_layer_kept, s * mb * (per_tok * ctx.bpe + lse))
     if eager_layers(ctx) and not ctx.selective_op:
-        per_layer_full = s * mb * hf_layer_bytes_per_token(ctx, tp)
+        # Hugging Face's eager attention (unfused) saves the fp32 softmax and, in 16-bit, its cast that multiplies
+        # V (attention dropout 0 in Qwen2 / Llama configs: PyTorch's dropout returns its input at p = 0, no mask)
+        hf_scores = 0.0 if ctx.flash else ctx.heads / tp * s * (4.0 + (ctx.bpe if ctx.bpe < 4 else 0.0))
+        per_layer_full = s * mb * (hf_layer_bytes_per_token(ctx, tp) + hf_scores)
         # recomputation keeps each layer's input: the residual stream, fp32 under autocast and in fp32
         residual = 4.0 if ctx.amp_autocast or ctx.bpe >= 4 else float(ctx.bpe)
         per_layer_kept = np.where(full_rec, s * mb * ctx.hidden * residual, per_layer_full)

@@ -6,11 +6,13 @@ calibration passes `efficiencies={gpu_type: {key: value}}` to override any of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from problems.errors import InputError
+from problems.placement.model import fitted as _fitted
+from problems.placement.model.executor_costs import StepCosts, step_costs
 from problems.placement.model.lengths import Lengths, build as build_lengths
 from problems.placement.names import EAGER_PARTS
 from problems.placement.specs import Cluster, Workload
@@ -227,6 +229,15 @@ class ModelContext:
     # the busiest EP rank's share of routed tokens over the mean (model/moe.py MOE_IMBALANCE when 0); 1 for runs
     # that force-balance the routing (benchmarks)
     moe_imbalance: float = 0.0
+    # bf16 optimizer states (workload `optimizer_states: bf16`): 8 bytes per parameter, no fp32 master copy
+    bf16_states: bool = False
+    # HBM share of training's streaming passes (the optimizer step): the catalog's (or a calibration's)
+    # decode_eff before the fitted rollout scale (model/fitted.py), (P,); None: decode_eff
+    train_hbm_eff: np.ndarray | None = None
+    # the step work of the executor that runs the plan (model/executor_costs.py) and its family's fitted terms
+    # (model/fitted.py: step_s, sample_s, microbatch_s); this project's trainer by default
+    steps: StepCosts = field(default_factory=lambda: step_costs(None))
+    fitted_steps: dict = field(default_factory=dict)
 
     @property
     def compute_params_per_layer(self) -> float:
@@ -262,7 +273,8 @@ class ModelContext:
 
 
 def build_context(cluster: Cluster, workload: Workload,
-                  efficiencies: dict[str, dict[str, float]] | None = None) -> ModelContext:
+                  efficiencies: dict[str, dict[str, float]] | None = None,
+                  executor: str | None = None, executor_version: str | None = None) -> ModelContext:
     pools = cluster.pools
     efficiencies = efficiencies or {}
     names = {p.gpu.name for p in pools}
@@ -275,16 +287,23 @@ def build_context(cluster: Cluster, workload: Workload,
             if not np.isfinite(value) or value < 0 or (key in SHARE_KEYS and not 0 < value <= 1):
                 raise InputError(None, f"efficiencies.{gpu}.{key}", f"got {value!r}", "a finite number >= 0 (efficiencies in (0, 1])")
     eff: dict[str, list[float]] = {k: [] for k in EFFICIENCY_KEYS}
+    train_hbm: list[float] = []
     for p in pools:
         row = {"mfu": p.gpu.mfu, "prefill_eff": p.gpu.prefill_eff, "decode_eff": p.gpu.decode_eff, **DEFAULTS,
                **p.gpu.train_fit, **p.gpu.infer_fit}
+        # training's element-wise kernels default to the catalog's (or a calibration's) bandwidth share, not the
+        # rollout engine's fitted one
+        catalog_decode = row["decode_eff"]
+        _fitted.apply_type(row, p.gpu)  # efficiencies fitted on published RL steps (model/fitted.py)
         row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
-        row.setdefault("elementwise_eff", row["decode_eff"])
+        train_hbm.append(float(efficiencies.get(p.gpu.name, {}).get("decode_eff", catalog_decode)))
+        row.setdefault("elementwise_eff", train_hbm[-1])
         row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
         for k in EFFICIENCY_KEYS:
             eff[k].append(float(row[k]))
     m = workload.model
+    steps = step_costs(executor, executor_version)
     arr = lambda f, dtype=float: np.array([f(p) for p in pools], dtype=dtype)  # noqa: E731
     ctx = ModelContext(
         count=arr(lambda p: p.count, np.int64),
@@ -330,6 +349,10 @@ def build_context(cluster: Cluster, workload: Workload,
         packing=workload.sequence_packing,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
         amp_autocast=workload.amp_autocast,
+        bf16_states=workload.optimizer_states == "bf16",
+        train_hbm_eff=np.array(train_hbm),
+        steps=steps,
+        fitted_steps=_fitted.step_terms(steps.family),
     )
     for key, value in moe_fields(m).items():
         setattr(ctx, key, value)

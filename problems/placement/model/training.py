@@ -59,7 +59,8 @@ def pass_counts(ctx: ModelContext, recompute):
     rec = recompute.astype(float)
     if not ctx.rl_passes:  # a plain training job: forward (+ recompute) and backward
         return 1.0 + rec, 1.0
-    fwd = 1.0 + rec + 1.0 + ctx.has_reference  # actor fwd (+recompute) + old log-probs (+ reference)
+    # actor fwd (+recompute) + old log-probs where the executor recomputes them (+ reference)
+    fwd = 1.0 + rec + float(ctx.steps.old_logprob_pass) + ctx.has_reference
     bwd = 1.0
     if ctx.has_critic:
         fwd = fwd + 1.0 + rec + 1.0  # critic fwd (+recompute) + value pass
@@ -266,7 +267,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         per_pool = np.where(reps > 0, chunks[:, None] * (every / iv + (m - 1.0 / iv) * heaviest), 0.0)
 
     # gradient synchronisation over all replicas (actor, + critic for PPO)
-    w_b, g_b, o_b = state_bytes_per_param(ctx.bpe)
+    w_b, g_b, o_b = state_bytes_per_param(ctx.bpe, ctx.bf16_states)
     models = 1.0 + ctx.has_critic
     grad_bytes = ctx.params * g_b * models
     if ctx.moe:  # what each GPU holds (its routed experts by EP) times the replica's GPUs
@@ -318,7 +319,8 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     psh = params_per_gpu(ctx, tp, pp, f.get("ep"))
     o_div = np.where(f["sharding"] == SHARD_NONE, 1.0, np.maximum(dp, 1))
     shard = psh / o_div * models
-    hbm_min = pmin(np.where(used, ctx.hbm * e["decode_eff"], np.inf))
+    hbm_eff = e["decode_eff"] if ctx.train_hbm_eff is None else ctx.train_hbm_eff
+    hbm_min = pmin(np.where(used, ctx.hbm * hbm_eff, np.inf))
     host = pmin(np.where(used, e["host_gbs"] * 1e9, np.inf))
     cpu = pmin(np.where(used, e["cpu_adam_gbs"] * 1e9, np.inf))
     step_bytes = ADAMW_FOREACH_BYTES + GRAD_CLIP_BYTES if ctx.amp_autocast else 2.0 * (w_b + g_b + o_b)
