@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mosearch.bench import provenance
+
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = ["--prompts-per-step", "64", "--group-size", "16", "--max-new-tokens", "4", "--mini-batches", "4",
          "--eval-every", "0", "--checkpoint-every", "0", "--no-progress"]
@@ -65,7 +67,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="emupred-") as tmp:
         rows = [case(Path(tmp), *c, args.steps) for c in CASES]
     cmd = "python -m mosearch.bench.emulated_prediction" + (f" --steps {args.steps}" if args.steps != 10 else "")
-    lines = [f"`{cmd}` ({args.steps} steps each; the first step, engine warm-up, is left out of the means)", "",
+    lines = ["# Emulated prediction", "", provenance.line(), "",
+             f"`{cmd}` ({args.steps} steps each; the first step, engine warm-up, is left out of the means)", "",
              "| run | plan (mode) | what ran | " + " | ".join(f"{f} predicted / measured (error)" for f in FIGURES)
              + " | load average before / after |", "|" + "---|" * (4 + len(FIGURES))]
     for r in rows:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
 FILE_LINK = re.compile(r"\[file\]\(([^)#]+)(?:#[^)]*)?\)")
-COMMIT = re.compile(r"\bcommits? ([0-9a-f]{7,40})\b")
+COMMIT = re.compile(r"\bcommits? ([0-9a-f]{7,40})\b", re.IGNORECASE)
 
 
 def _rows() -> list[list[str]]:
