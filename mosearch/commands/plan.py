@@ -47,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="evaluate populations across this many Ray tasks (default 1: in process)")
     p.add_argument("--no-report", action="store_true", help="skip the plots and report.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from mosearch.commands.profile import add_profile_flag
+
+    add_profile_flag(p)
     p.set_defaults(func=run)
 
 
@@ -105,6 +108,9 @@ def _resolution(args):
 
 
 def run(args) -> int:
+    from mosearch.commands.profile import follow_machine
+
+    follow_machine(args)
     from mosearch.planner.run import plan_run, resume_run
     from mosearch.report.terminal import console, front_table
 

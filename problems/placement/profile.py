@@ -56,9 +56,16 @@ class Profile(BaseModel):
     version: int = PROFILE_VERSION
     device_type: str
     host: dict = Field(default_factory=dict)
+    # what it was measured on (problems/placement/machine.py): a cluster uses this machine's own profile
+    # of a local device when the one it names was measured on another
+    machine: dict = Field(default_factory=dict)
     model: dict = Field(default_factory=dict, description="the model the step and rollout grids ran")
     measurements: dict
     fitted: Fitted
+    # measured trainer runs on this machine and the refit of the run-fitted terms they gave
+    # (problems/placement/runfit.py): what `mosearch profile --show` prints
+    runs: list[dict] = Field(default_factory=list)
+    run_fit: dict = Field(default_factory=dict)
 
 
 

@@ -229,6 +229,7 @@ def _widest_paths(n: int, links: list[tuple[int, int, float, float, float]]):
 
 def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
     """Replace catalog figures with those fitted by `mosearch profile` for each profiled GPU type."""
+    from problems.placement import machine
     from problems.placement.profile import RUN_FITTED, load_profile
 
     aliases = gpu_aliases(types)
@@ -240,6 +241,13 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
             raise InputError(path, key, f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
         file = Path(ref) if Path(ref).is_absolute() else Path(path).parent / ref
         profile = load_profile(file)
+        # a profile of a device this machine has, measured on another machine: this machine's own
+        use, note = machine.resolve(file, profile.machine, profile.device_type,
+                                    machine.is_local(profile.device_type, lambda n: aliases.get(n.lower())))
+        if note:
+            machine.say(note)
+        if use != file:
+            file, profile = use, load_profile(use)
         catalog = gpu_aliases(gpu_catalog())  # a type overridden under an alias is still its catalog part
         if aliases.get(profile.device_type.lower()) != canonical and (
                 catalog.get(profile.device_type.lower()) is None

@@ -1,0 +1,184 @@
+"""Every run refits: a measured `mosearch train` run refits the run-fitted terms of this machine's profile.
+
+The device micro-benchmarks of a profile (matmul, bandwidth, vLLM prefill/decode, collectives) leave
+out what only a whole run shows: the orchestration around each rollout call and sample, the training
+loop's cost per step and per micro-batch, the rest of a weight sync beyond its broadcast. Those terms
+(`RUN_FITTED` and the sync's) are refitted from every run on this machine, by phase:
+
+- rollout phase: `rollout_call_s`, `rollout_sample_s`
+- training phase: `train_call_s`, `microbatch_loop_s`, `dp_microbatch_s`
+- weight sync: `sync_overhead_s`, and `sync_gbs` (a rate: scaled by the inverse)
+
+Each run is predicted twice with its own settings (`predict.predict_run`): with the group's terms at 0
+(`base`) and at their priors (`prior`: the profile's figures before any run refitted them). Per phase
+the measured time is modelled as `base + s * (prior - base)`, one scale `s` per group, least squares
+over the profile's runs (the last MAX_RUNS), bounded to [1/BOUND, BOUND]: a refitted term stays within
+BOUND x its prior, so one disturbed run cannot move the model far, and the device figures the profile
+measured are never touched. The colocated switch has no run-fitted term (the model's switch of a
+host-memory device is the engines' sleep and wake-up, measured by the profile): it is reported only.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+
+import numpy as np
+
+BOUND = 3.0
+MAX_RUNS = 20
+GROUPS = {
+    "rollout": ("rollout_s", ("rollout_call_s", "rollout_sample_s"), ()),
+    "training": ("train_s", ("train_call_s", "microbatch_loop_s", "dp_microbatch_s"), ()),
+    "sync": ("sync_s", ("sync_overhead_s",), ("sync_gbs",)),
+}
+TERMS = tuple(k for _, secs, rates in GROUPS.values() for k in (*secs, *rates))
+# profile figure -> the model's efficiency key where they differ (specs._apply_profiles)
+EFF_KEY = {"sync_gbs": "sync_load_gbs"}
+ZERO_RATE = 1e12  # GB/s: a rate this high takes no time (the "0" of a rate term)
+
+
+def with_terms(gpu: str, terms: dict):
+    """Cluster -> Cluster with these run-fitted terms for `gpu` (for predict_run's `adjust`)."""
+    import dataclasses
+
+    def adjust(cluster):
+        eff = {g: dict(v) for g, v in cluster.efficiencies.items()}
+        eff.setdefault(gpu, {}).update({EFF_KEY.get(k, k): v for k, v in terms.items()})
+        return dataclasses.replace(cluster, efficiencies=eff)
+    return adjust
+
+
+def zero_terms() -> dict:
+    return {k: (ZERO_RATE if k in EFF_KEY else 0.0) for k in TERMS}
+
+
+def prior_terms(profile) -> dict:
+    return dict(profile.run_fit.get("prior") or {k: getattr(profile.fitted, k) for k in TERMS})
+
+
+def measured_phases(summary: dict) -> dict:
+    """The run's phases as the model's (async: the engines' generation, not the driver's wait)."""
+    meas = summary.get("measured", {})
+    out = {phase: meas.get(phase) for phase, _, _ in GROUPS.values()}
+    if summary.get("mode") == "async":
+        out["rollout_s"] = meas.get("rollout_gen_s")
+        parts = [meas.get(f"sync_{k}_s") for k in ("gather", "transfer", "load")]
+        out["sync_s"] = sum(parts) if None not in parts else None
+    out["switch_s"] = meas.get("switch_s")
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_dir=None) -> dict:
+    """One run's observation: its measured phases and the model's with the terms at 0 and at the prior."""
+    from problems.placement.predict import predict_run
+
+    base, _ = predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, zero_terms()))
+    pri, _ = predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, prior))
+    phases = [p for p, _, _ in GROUPS.values()] + ["switch_s"]
+    return {"run": str(run_dir or ""), "plan": str(plan_file), "mode": summary.get("mode"),
+            "steps": summary.get("steps"), "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "measured": measured_phases(summary),
+            "base": {p: float(base[p]) for p in phases if p in base},
+            "prior": {p: float(pri[p]) for p in phases if p in pri}}
+
+
+def fit(runs: list[dict], prior: dict) -> dict:
+    """{scales, terms, residual: {phase: (before, after)}} over `runs` (relative RMS errors)."""
+    scales, residual = {}, {}
+    for group, (phase, _, _) in GROUPS.items():
+        rows = [r for r in runs if phase in r["measured"] and phase in r["base"] and r["measured"][phase] > 0]
+        if not rows:
+            continue
+        m = np.array([r["measured"][phase] for r in rows])
+        b = np.array([r["base"][phase] for r in rows])
+        c = np.array([r["prior"][phase] for r in rows]) - b
+        # relative least squares: each run weighs by its own time, not the slowest run's
+        w = 1 / m
+        den = float(np.sum((w * c) ** 2))
+        s = float(np.sum(w * c * w * (m - b)) / den) if den > 0 else 1.0
+        s = float(np.clip(s, 1 / BOUND, BOUND))
+        scales[group] = s
+        rms = lambda pred: float(np.sqrt(np.mean(((pred - m) / m) ** 2)))  # noqa: E731
+        residual[phase] = (rms(b + c), rms(b + s * c))
+    terms = {}
+    for group, (_, secs, rates) in GROUPS.items():
+        s = scales.get(group, 1.0)
+        terms.update({k: prior[k] * s for k in secs})
+        terms.update({k: prior[k] / s for k in rates})
+    return {"scales": scales, "terms": terms, "residual": residual}
+
+
+def refit(profile, observation: dict):
+    """The profile with this run added and its run-fitted terms refitted; (profile, fit)."""
+    prior = prior_terms(profile)
+    runs = [*profile.runs, observation][-MAX_RUNS:]
+    result = fit(runs, prior)
+    fitted = profile.fitted.model_copy(update=result["terms"])
+    run_fit = {"prior": prior, "bound": BOUND, "scales": result["scales"],
+               "residual": {k: list(v) for k, v in result["residual"].items()}, "runs": len(runs),
+               "updated": observation["when"]}
+    return profile.model_copy(update={"fitted": fitted, "runs": runs, "run_fit": run_fit}), result
+
+
+def summary_line(path, result: dict, n: int) -> str:
+    parts = []
+    for group, (phase, _, _) in GROUPS.items():
+        if group in result["scales"]:
+            before, after = result["residual"][phase]
+            parts.append(f"{group} x{result['scales'][group]:.2f} (residual {before * 100:.0f}% -> {after * 100:.0f}%)")
+    return (f"refitted the run-fitted terms of {path} from {n} run(s) (each within {BOUND:g}x its prior): "
+            + ("; ".join(parts) or "no phase measured") + "; `mosearch profile --show` lists them")
+
+
+def describe_fit(profile) -> list[str]:
+    """Lines for `mosearch profile --show`: what was fitted from which runs."""
+    if not profile.runs:
+        return ["run-fitted terms: as measured or shipped (no run of this machine refitted them yet)"]
+    rf = profile.run_fit
+    out = [f"run-fitted terms refitted from {len(profile.runs)} run(s), each term within {rf.get('bound', BOUND):g}x "
+           f"its prior (last {rf.get('updated')}):"]
+    for k in TERMS:
+        out.append(f"  {k}: {rf['prior'].get(k, 0):.4g} -> {getattr(profile.fitted, k):.4g}")
+    for phase, (before, after) in rf.get("residual", {}).items():
+        out.append(f"  {phase}: relative RMS error over the runs {before * 100:.1f}% with the priors, "
+                   f"{after * 100:.1f}% refitted")
+    for r in profile.runs:
+        meas = ", ".join(f"{k} {v:.3g}" for k, v in r["measured"].items())
+        out.append(f"  run {r['run'] or '?'} ({r.get('mode')}, {r.get('steps')} steps, {r['when']}): {meas}")
+    return out
+
+
+def refit_after_run(plan_file, summary: dict, predicted: dict, inputs=None, run_dir=None) -> str | None:
+    """After `mosearch train`: refit this machine's profile of the device the run was predicted on;
+    the line to print (None: nothing to refit)."""
+    from problems.atomic import atomic_write_text
+    from problems.placement import machine
+    from problems.placement.profile import load_profile
+
+    import yaml
+
+    used = predicted.get("profiles") or {}
+    if len(used) != 1:
+        return None if not used else "run not refitted: its layout used profiles of several device types"
+    (gpu, path), = used.items()
+    profile = load_profile(path)
+    if not machine.is_local(profile.device_type, lambda n: n if n == profile.device_type else None):
+        return None
+    here = machine.detect()
+    if profile.machine and not machine.same_machine(profile.machine, here):
+        return (f"run not refitted into {Path(path).name}: it was measured on {machine.describe(profile.machine)}, "
+                f"this is {machine.describe(here)}")
+    if not measured_phases(summary):
+        return "run not refitted: it measured no phase"
+    obs = observe(plan_file, summary, gpu, prior_terms(profile), inputs, run_dir)
+    new, result = refit(profile, obs)
+    # this machine's profile lives in the user's cache, never in a repository: a profile used from
+    # elsewhere (the cluster's own, pinned) is copied there with the refit, and read from there next
+    out = machine.cached_profile(profile.device_type)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not new.machine:
+        new = new.model_copy(update={"machine": here})
+    atomic_write_text(out, yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
+    return summary_line(out, result, len(new.runs))
