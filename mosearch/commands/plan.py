@@ -122,6 +122,7 @@ def run(args) -> int:
                              checkpoint_every=args.checkpoint_every)
     else:
         _check(args)
+        calibration_line(args.cluster)
         # --time alone: the time limit alone; neither: the default budget
         evals = args.evals if args.evals is not None else None if args.time_s is not None else SearchSettings.evals
         settings = SearchSettings(algorithm=args.algorithm, evals=evals, time_s=args.time_s, seed=1 if args.seed is None else args.seed,
@@ -156,3 +157,19 @@ def run(args) -> int:
         print("mosearch: search interrupted; the front written is what was found so far", file=sys.stderr)
         return 130
     return 0
+
+
+def calibration_line(cluster_path: str) -> None:
+    """One line when the cluster carries corrections fitted on its runs (`mosearch calibrate`)."""
+    from problems.placement.specs import load_cluster
+
+    cluster = load_cluster(cluster_path)
+    if cluster.calibration:
+        from problems.placement.corrections import load_calibration
+
+        cal = load_calibration(cluster.calibration)
+        what = "; ".join(f"{g}: decode_eff x{c.decode_eff:.3g}, mfu x{c.mfu:.3g}, {c.rollout_call_s * 1e3:+.3g} ms per "
+                         f"rollout call, {c.train_call_s * 1e3:+.3g} ms per training step"
+                         for g, c in cal.gpu_types.items())
+        print(f"mosearch: calibrated: predictions use {cluster.calibration}, fitted on {len(cal.runs)} run(s) of this "
+              f"cluster ({what})", file=sys.stderr)

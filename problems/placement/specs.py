@@ -92,6 +92,8 @@ class ClusterSpec(Spec):
     node_groups: list[NodeGroupSpec]
     gpu_types: dict[str, GPUTypeSpec] = Field(default_factory=dict)
     profiles: dict[str, str] = Field(default_factory=dict, description="GPU type -> profile file from `mosearch profile`")
+    calibration: str | None = Field(default=None, description="corrections fitted on this cluster's runs by "
+                                                              "`mosearch calibrate` (relative to the cluster file)")
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,9 @@ class Cluster:
     profiles: dict[str, str] = field(default_factory=dict)  # GPU type -> profile path used
     # per GPU type, model parameters fitted by calibration that are not catalog figures
     efficiencies: dict[str, dict[str, float]] = field(default_factory=dict)
+    # per GPU type, corrections fitted on the cluster's runs (problems/placement/corrections.py) and their file
+    corrections: dict[str, dict[str, float]] = field(default_factory=dict)
+    calibration: str | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -346,7 +351,29 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
             inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
             node_sizes=sizes if len(set(sizes)) > 1 else (),
         ))
-    return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies)
+    corrections, calibration = _calibration(path, spec, aliases)
+    return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies, corrections, calibration)
+
+
+def _calibration(path: str, spec: ClusterSpec, aliases: dict[str, str]):
+    """The corrections of the calibration file the cluster names (none: {}, None)."""
+    if not spec.calibration:
+        return {}, None
+    from problems.placement.corrections import load_calibration
+
+    file = Path(spec.calibration) if Path(spec.calibration).is_absolute() else Path(path).parent / spec.calibration
+    if not file.is_file():
+        raise InputError(path, "calibration", f"{spec.calibration}: no such file", "a file `mosearch calibrate` wrote")
+    cal = load_calibration(file)
+    if cal.cluster != spec.name:
+        raise InputError(str(file), "cluster", f"fitted on cluster {cal.cluster!r}, not {spec.name!r}",
+                         "the calibration of this cluster")
+    out = {}
+    for gpu, corr in cal.gpu_types.items():
+        if gpu.lower() not in aliases:
+            raise InputError(str(file), f"gpu_types.{gpu}", "not a GPU type of this cluster", ", ".join(sorted(set(aliases.values()))))
+        out[aliases[gpu.lower()]] = corr.model_dump()
+    return out, str(file)
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -12,6 +12,7 @@ import numpy as np
 
 from problems.errors import InputError
 from problems.placement.model.lengths import Lengths, build as build_lengths
+from problems.placement.corrections import apply as apply_corrections
 from problems.placement.names import EAGER_PARTS
 from problems.placement.specs import Cluster, Workload
 
@@ -250,6 +251,8 @@ def build_context(cluster: Cluster, workload: Workload,
                **p.gpu.train_fit, **p.gpu.infer_fit}
         row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
+        # a cluster's calibration (`mosearch calibrate`): corrections on top of all of the above
+        row = apply_corrections(row, cluster.corrections.get(p.gpu.name))
         row.setdefault("elementwise_eff", row["decode_eff"])
         row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
         for k in EFFICIENCY_KEYS:

@@ -1,0 +1,65 @@
+"""A cluster's calibration: per-GPU-type corrections to the model's parameters, fitted on the team's runs.
+
+Applied on top of whatever the model's parameters are (catalog, generation priors, profiles, a job's
+efficiencies), so the parameters themselves can change underneath without this layer changing. A
+small, physically meaningful set, each bounded:
+
+- `decode_eff`: factor on the engines' achieved share of memory bandwidth in decode (the result kept <= 1)
+- `mfu`: factor on the training matmuls' achieved share of peak (and flash attention's), kept <= 1
+- `rollout_call_s`: seconds added per rollout call (the executor's fixed cost around generation)
+- `train_call_s`: seconds added per training step (its fixed cost: batch handling, logging, barriers)
+
+Factors within [1/FACTOR_BOUND, FACTOR_BOUND]; added seconds within +-(the phase's mean measured time),
+negative where the model's own fixed cost is too high (the sum is kept >= 0).
+The cluster file names the file: `calibration: local.calibration.yaml` (relative to the cluster file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from problems.specio import load_model
+
+FACTOR_BOUND = 4.0
+FACTORS = ("decode_eff", "mfu")
+ADDED = ("rollout_call_s", "train_call_s")
+# the phase each correction acts on (what the fit and the report set it against)
+PHASE_OF = {"decode_eff": "rollout_s", "rollout_call_s": "rollout_s", "mfu": "train_s", "train_call_s": "train_s"}
+
+
+class Correction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decode_eff: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
+    mfu: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
+    rollout_call_s: float = 0.0
+    train_call_s: float = 0.0
+
+
+class Calibration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = 1
+    cluster: str = Field(description="the cluster's name it was fitted on")
+    gpu_types: dict[str, Correction]
+    runs: list[dict] = Field(default_factory=list, description="the runs it was fitted on (what `mosearch calibrate` read)")
+    report: dict = Field(default_factory=dict, description="predicted vs measured per run and phase, before and after")
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    return load_model(path, Calibration, "a calibration written by `mosearch calibrate`")
+
+
+def apply(row: dict, corr: dict | None) -> dict:
+    """A pool's model parameters with its GPU type's corrections (build_context's row)."""
+    if not corr:
+        return row
+    out = dict(row)
+    out["decode_eff"] = min(1.0, out["decode_eff"] * corr.get("decode_eff", 1.0))
+    f = corr.get("mfu", 1.0)
+    out["mfu"] = min(1.0, out["mfu"] * f)
+    if out.get("attn_eff"):
+        out["attn_eff"] = min(1.0, out["attn_eff"] * f)
+    for k in ADDED:
+        out[k] = max(0.0, out.get(k, 0.0) + corr.get(k, 0.0))
+    return out
