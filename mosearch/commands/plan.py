@@ -147,6 +147,9 @@ def run(args) -> int:
         out.print(describe(outcome.restriction))
     for note in outcome.notes:
         out.print(f"note: {note}", soft_wrap=True)
+    far = extrapolated(args.cluster if not args.resume else None, shown)
+    if far:
+        out.print(far, soft_wrap=True)
     state = "PARTIAL (interrupted): " if res.partial else ""
     # the time of all the evaluations counted (the structured stage's and the seeds' too, not only the
     # evolutionary search's) and of writing the results: what the user waited for
@@ -168,8 +171,27 @@ def calibration_line(cluster_path: str) -> None:
         from problems.placement.corrections import load_calibration
 
         cal = load_calibration(cluster.calibration)
-        what = "; ".join(f"{g}: decode_eff x{c.decode_eff:.3g}, mfu x{c.mfu:.3g}, {c.rollout_call_s * 1e3:+.3g} ms per "
+        what = "; ".join(f"{g}: decode_eff x{c.decode_eff:.3g}, mfu x{c.mfu:.3g}, sync x{c.sync:.3g}, {c.rollout_call_s * 1e3:+.3g} ms per "
                          f"rollout call, {c.train_call_s * 1e3:+.3g} ms per training step"
                          for g, c in cal.gpu_types.items())
         print(f"mosearch: calibrated: predictions use {cluster.calibration}, fitted on {len(cal.runs)} run(s) of this "
               f"cluster ({what})", file=sys.stderr)
+
+
+def extrapolated(cluster_path: str | None, plans) -> str | None:
+    """On a calibrated cluster: which plans of the front are far from every calibrated run."""
+    if cluster_path is None:
+        return None
+    from problems.placement.corrections import extrapolation, load_calibration
+    from problems.placement.specs import load_cluster
+
+    cluster = load_cluster(cluster_path)
+    if not cluster.calibration:
+        return None
+    runs = [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
+    far = [p.plan_id for p in plans if extrapolation(p, runs)]
+    if not far:
+        return None
+    return (f"extrapolated: {len(far)} of the {len(plans)} plans of the front are far from the {len(runs)} calibrated "
+            f"run(s) (another mode, layout or GPU type, or over 2x their engines or ranks): {', '.join(far[:10])}"
+            + (", ..." if len(far) > 10 else "") + "; `mosearch show RUN --with PLAN` says why")

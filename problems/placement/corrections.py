@@ -6,6 +6,8 @@ small, physically meaningful set, each bounded:
 
 - `decode_eff`: factor on the engines' achieved share of memory bandwidth in decode (the result kept <= 1)
 - `mfu`: factor on the training matmuls' achieved share of peak (and flash attention's), kept <= 1
+- `sync`: factor on the time of a weight sync beyond the route's links (packing, the engines' reload,
+  their fixed cost: the profile's sync figures; a type without them has none to scale)
 - `rollout_call_s`: seconds added per rollout call (the executor's fixed cost around generation)
 - `train_call_s`: seconds added per training step (its fixed cost: batch handling, logging, barriers)
 
@@ -23,16 +25,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from problems.specio import load_model
 
 FACTOR_BOUND = 4.0
-FACTORS = ("decode_eff", "mfu")
+FACTORS = ("decode_eff", "mfu", "sync")
 ADDED = ("rollout_call_s", "train_call_s")
 # the phase each correction acts on (what the fit and the report set it against)
-PHASE_OF = {"decode_eff": "rollout_s", "rollout_call_s": "rollout_s", "mfu": "train_s", "train_call_s": "train_s"}
+PHASE_OF = {"decode_eff": "rollout_s", "rollout_call_s": "rollout_s", "mfu": "train_s", "train_call_s": "train_s",
+            "sync": "sync_s"}
 
 
 class Correction(BaseModel):
     model_config = ConfigDict(extra="forbid")
     decode_eff: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     mfu: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
+    sync: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     rollout_call_s: float = 0.0
     train_call_s: float = 0.0
 
@@ -60,6 +64,42 @@ def apply(row: dict, corr: dict | None) -> dict:
     out["mfu"] = min(1.0, out["mfu"] * f)
     if out.get("attn_eff"):
         out["attn_eff"] = min(1.0, out["attn_eff"] * f)
+    g = corr.get("sync", 1.0)  # time x g: rates / g, fixed cost x g
+    out["sync_load_gbs"] = out.get("sync_load_gbs", 0.0) / g
+    out["sync_send_gbs"] = out.get("sync_send_gbs", 0.0) / g
+    out["sync_overhead_s"] = out.get("sync_overhead_s", 0.0) * g
     for k in ADDED:
         out[k] = max(0.0, out.get(k, 0.0) + corr.get(k, 0.0))
     return out
+
+
+def layout_features(plan) -> dict:
+    """What a calibration's runs are compared on: mode, GPU types, engines, training layout."""
+    t = plan.train
+    return {"mode": plan.execution.mode, "gpus": sorted({p.gpu for p in plan.pools if p.used_gpus}),
+            "engines": plan.rollout_engines, "ranks": t.dp * t.tp * t.pp, "tp": t.tp, "pp": t.pp,
+            "sharding": t.sharding}
+
+
+def extrapolation(plan, measured: list[dict]) -> str | None:
+    """A line when `plan` is far from every run a calibration was fitted on (`measured`: their
+    layout_features): another mode, GPU type, TP/PP or sharding, or engines / training ranks beyond
+    twice the measured ones. None when a measured run is near it (or nothing is measured)."""
+    if not measured:
+        return None
+    f = layout_features(plan)
+
+    def near(m: dict) -> list[str]:
+        why = [f"{k} {f[k]} (measured {m[k]})" for k in ("mode", "tp", "pp", "sharding") if f[k] != m[k]]
+        if not set(f["gpus"]) <= set(m["gpus"]):
+            why.append(f"GPU types {', '.join(f['gpus'])} (measured {', '.join(m['gpus'])})")
+        for k in ("engines", "ranks"):
+            if not m[k] / 2 <= f[k] <= m[k] * 2:
+                why.append(f"{f[k]} {k} (measured {m[k]})")
+        return why
+    reasons = [near(m) for m in measured]
+    if any(not r for r in reasons):
+        return None
+    best = min(reasons, key=len)
+    return (f"extrapolated: far from the {len(measured)} calibrated run(s) of this cluster (nearest differs in "
+            + "; ".join(best) + "): its calibrated figures are less certain")

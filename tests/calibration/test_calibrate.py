@@ -168,7 +168,10 @@ def test_calibrate_on_this_trainers_run_moves_predictions_to_the_measurement(tmp
     assert loaded.calibration == str(cal_file) and loaded.corrections["cpu-local"]["mfu"] == pytest.approx(c["mfu"])
     code = main(["plan", "--cluster", str(cluster), "--workload", str(REPO / "problems/workloads/tiny-grpo.yaml"),
                  "--out", str(tmp_path / "front"), "--evals", "200", "--quiet", "--no-report"])
-    assert code == 0 and "calibrated: predictions use" in capsys.readouterr().err
+    got = capsys.readouterr()
+    assert code == 0 and "calibrated: predictions use" in got.err
+    # the front holds plans of other modes than the one calibrated run: they are marked
+    assert "extrapolated:" in got.out and "of the front are far from the 1 calibrated run(s)" in got.out
 
 
 def test_calibration_of_another_cluster_is_refused(tmp_path):
@@ -180,3 +183,18 @@ def test_calibration_of_another_cluster_is_refused(tmp_path):
         f.write("calibration: c.yaml\n")
     with pytest.raises(InputError, match="fitted on cluster 'mixed-8'"):
         load_cluster(cluster)
+
+
+def test_plans_far_from_the_calibrated_runs_are_marked(local_plan):
+    from problems.placement.corrections import extrapolation, layout_features
+    from problems.placement.plan import load_plan
+
+    plan = load_plan(local_plan)
+    measured = [layout_features(plan)]
+    assert extrapolation(plan, measured) is None and extrapolation(plan, []) is None
+    t = plan.train
+    other = plan.model_copy(update={"execution": plan.execution.model_copy(update={"mode": "disaggregated"})})
+    line = extrapolation(other, measured)
+    assert line.startswith("extrapolated:") and "mode disaggregated (measured colocated)" in line
+    wider = plan.model_copy(update={"train": t.model_copy(update={"dp": t.dp * 4})})
+    assert "ranks" in extrapolation(wider, measured)
