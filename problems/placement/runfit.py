@@ -172,11 +172,15 @@ def refit_after_run(plan_file, summary: dict, predicted: dict, inputs=None, run_
                 f"this is {machine.describe(here)}")
     if not measured_phases(summary):
         return "run not refitted: it measured no phase"
+    out = machine.cached_profile(profile.device_type)
+    if out.is_file() and out.resolve() != Path(path).resolve():
+        # a pinned profile (--profile) beside this machine's own: the runs of the pinned one stay out of it
+        return (f"run not refitted: it was predicted with {path}, not this machine's profile {out} "
+                "(runs refit the profile they are predicted with when it is this machine's own)")
     obs = observe(plan_file, summary, gpu, prior_terms(profile), inputs, run_dir)
     new, result = refit(profile, obs)
-    # this machine's profile lives in the user's cache, never in a repository: a profile used from
-    # elsewhere (the cluster's own, pinned) is copied there with the refit, and read from there next
-    out = machine.cached_profile(profile.device_type)
+    # this machine's profile lives in the user's cache, never in a repository: a profile of this machine
+    # used from elsewhere (the cluster's own) starts it, with the refit, and is read from there next
     out.parent.mkdir(parents=True, exist_ok=True)
     if not new.machine:
         new = new.model_copy(update={"machine": here})

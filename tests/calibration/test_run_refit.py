@@ -123,3 +123,16 @@ def test_fit_recovers_a_known_scale():
     res = runfit.fit(runs, prior)
     assert res["scales"]["rollout"] == pytest.approx(2.0)
     assert res["terms"]["rollout_call_s"] == pytest.approx(0.02) and res["residual"]["rollout_s"][1] < 1e-9
+
+
+def test_run_with_a_pinned_profile_leaves_this_machines_profile_alone(setup, monkeypatch):
+    path, profile = setup
+    summary = summary_for(path, rollout_x=0.5, train_x=1.0)
+    pred, _ = predict_run(path, summary, local_cluster=None)
+    runfit.refit_after_run(path, summary, pred, run_dir="runs/a")  # creates this machine's profile
+    cached = machine.cached_profile("cpu-local")
+    monkeypatch.setenv(machine.ENV, str(profile))  # pinned to the cluster's file
+    pred, _ = predict_run(path, summary, local_cluster=None)
+    assert pred["profiles"] == {"cpu-local": str(profile)}
+    line = runfit.refit_after_run(path, summary, pred, run_dir="runs/b")
+    assert "not refitted" in line and [r["run"] for r in load_profile(cached).runs] == ["runs/a"]
