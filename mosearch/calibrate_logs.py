@@ -12,14 +12,16 @@ trainer's metrics.jsonl `time` object) and the formats they are written in:
 - a TensorBoard event directory (any of the three: their scalars under the same names);
 - this trainer's metrics.jsonl.
 
-Each phase is the sum of the named timings present; the first step (warm-up, compilation) is dropped
-and the rest averaged.
+Each phase is the sum of the named timings present per step; the first step (warm-up, compilation) is
+dropped and the median of the rest taken: other work on the machine only ever adds time to a step, and
+the median is the steady state least disturbed by it (one slow step moves a mean).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import re
 from pathlib import Path
 
@@ -159,7 +161,7 @@ def phases(source: str, path: str | Path) -> tuple[dict, dict, int]:
                 raise InputError(str(path), spec[0], f"missing: the log times no {phase.removesuffix('_s')} phase",
                                  f"{' or '.join(spec)} per step")
             continue
-        out[phase] = sum(r.get(n, 0.0) for r in steady for n in present) / len(steady)
+        out[phase] = float(statistics.median(sum(r.get(n, 0.0) for n in present) for r in steady))
     lengths = {k: sum(r[m] for r in steady if m in r) / sum(1 for r in steady if m in r)
                for k, m in LENGTHS.items() if any(m in r for r in steady)}
     return out, lengths, len(timed)

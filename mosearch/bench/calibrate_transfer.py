@@ -105,7 +105,7 @@ def main() -> int:
         run = {"source": "mosearch", "log": str(runs / name), "plan": str(runs / f"{name}.yaml")}
         meas, _, _ = phases("mosearch", run["log"])
         summary = json.loads((runs / name / "summary.json").read_text())
-        meas["throughput_samples_s"] = summary["measured"]["throughput_samples_s"]
+        meas["throughput_samples_s"] = summary["run"]["prompts_per_step"] * summary["run"]["group_size"] / meas["step_s"]
         predict = _predictor(run, str(cluster))
         before, after = predict({}), predict(corr)
         rows.append((name, meas, before, after))
@@ -120,8 +120,9 @@ def main() -> int:
         f"Regenerate: `python -m mosearch.bench.calibrate_transfer --profile PROFILE --steps {args.steps}` with PROFILE "
         "measured on the machine (`mosearch profile --out PROFILE`; here this machine's cached profile, measured by "
         "`mosearch train` on first use, before any run refitted it). Cluster `local` (2 cpu-local devices), workload "
-        f"`tiny-grpo`, each plan trained {args.steps} steps by `mosearch train`; measured = mean of steps 2..N of "
-        "its metrics.jsonl (`time`: rollout, train, weight_sync, wall).",
+        f"`tiny-grpo`, each plan trained {args.steps} steps by `mosearch train`; measured = median of steps 2..N of "
+        "its metrics.jsonl (`time`: rollout, train, weight_sync, wall), as `mosearch calibrate` reads a run; samples/s = "
+        "samples per step / that step time.",
         f"Machine: {cpu_model()}, {platform.machine()}; load average (1/5/15 min) after each run: "
         + ", ".join(f"{n} {'/'.join(f'{x:.1f}' for x in v) if v else 'not recorded'}" for n, v in loads.items())
         + " (2 cores shared with other work: these are not quiet-machine figures). "

@@ -50,7 +50,7 @@ def test_verl_console_and_jsonl(tmp_path):
     log.write_text("Creating file logger\n" + VERL_CONSOLE + "\n")
     got, lengths, steps = phases("verl", log)
     assert steps == 3
-    assert got["rollout_s"] == pytest.approx(41.0)  # steps 2-3: the first is dropped
+    assert got["rollout_s"] == pytest.approx(41.0)  # steps 2-3 (the first is dropped): their median
     assert got["train_s"] == pytest.approx((5 + 4 + 0.02 + 20 + 5 + 4 + 0.02 + 22) / 2)
     assert got["sync_s"] == pytest.approx(1.5) and got["step_s"] == pytest.approx(73.0)
     assert lengths["response_mean"] == pytest.approx(410.0)
