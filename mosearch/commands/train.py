@@ -181,8 +181,16 @@ def refit_line(plan_file, summary: dict, predicted: dict, inputs, out) -> None:
     """Every run refits this machine's profile (problems/placement/runfit.py); one line says how."""
     from problems.placement.runfit import refit_after_run
 
+    measured = None
+    if summary.get("mode") != ASYNC:  # the per-step medians (a slow step on a busy machine moves a mean)
+        from mosearch.calibrate_logs import phases
+
+        try:
+            measured = {k: v for k, v in phases("mosearch", out)[0].items() if k != "step_s"}
+        except InputError:
+            measured = None
     try:
-        line = refit_after_run(plan_file, summary, predicted, inputs, out)
+        line = refit_after_run(plan_file, summary, predicted, inputs, out, measured)
     except (InputError, OSError, ValueError) as err:
         line = f"run not refitted: {err}"
     if line:

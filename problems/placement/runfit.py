@@ -70,7 +70,7 @@ def measured_phases(summary: dict) -> dict:
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
-def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_dir=None) -> dict:
+def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_dir=None, measured=None) -> dict:
     """One run's observation: its measured phases and the model's with the terms at 0 and at the prior."""
     from problems.placement.predict import predict_run
 
@@ -79,7 +79,7 @@ def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_di
     phases = [p for p, _, _ in GROUPS.values()] + ["switch_s"]
     return {"run": str(run_dir or ""), "plan": str(plan_file), "mode": summary.get("mode"),
             "steps": summary.get("steps"), "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "measured": measured_phases(summary),
+            "measured": measured or measured_phases(summary),
             "base": {p: float(base[p]) for p in phases if p in base},
             "prior": {p: float(pri[p]) for p in phases if p in pri}}
 
@@ -150,9 +150,11 @@ def describe_fit(profile) -> list[str]:
     return out
 
 
-def refit_after_run(plan_file, summary: dict, predicted: dict, inputs=None, run_dir=None) -> str | None:
+def refit_after_run(plan_file, summary: dict, predicted: dict, inputs=None, run_dir=None,
+                    measured: dict | None = None) -> str | None:
     """After `mosearch train`: refit this machine's profile of the device the run was predicted on;
-    the line to print (None: nothing to refit)."""
+    the line to print (None: nothing to refit). `measured`: the run's phases (default: the summary's
+    means, as `measured_phases`; `mosearch train` gives the per-step medians of its metrics.jsonl)."""
     from problems.atomic import atomic_write_text
     from problems.placement import machine
     from problems.placement.profile import load_profile
@@ -177,7 +179,7 @@ def refit_after_run(plan_file, summary: dict, predicted: dict, inputs=None, run_
         # a pinned profile (--profile) beside this machine's own: the runs of the pinned one stay out of it
         return (f"run not refitted: it was predicted with {path}, not this machine's profile {out} "
                 "(runs refit the profile they are predicted with when it is this machine's own)")
-    obs = observe(plan_file, summary, gpu, prior_terms(profile), inputs, run_dir)
+    obs = observe(plan_file, summary, gpu, prior_terms(profile), inputs, run_dir, measured)
     new, result = refit(profile, obs)
     # this machine's profile lives in the user's cache, never in a repository: a profile of this machine
     # used from elsewhere (the cluster's own) starts it, with the refit, and is read from there next
