@@ -96,7 +96,7 @@ def main() -> int:
     import yaml
 
     from mosearch.calibrate_logs import phases
-    from mosearch.commands.calibrate import _predictor
+    from mosearch.commands.calibrate import _predictor, describe
 
     cal = yaml.safe_load((work / "local.calibration.yaml").read_text())
     corr = cal["gpu_types"]
@@ -128,9 +128,7 @@ def main() -> int:
         + " (2 cores shared with other work: these are not quiet-machine figures). "
         + (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs."),
         "",
-        f"`mosearch calibrate --from mosearch --log {first}` fitted (cpu-local): decode_eff x{c['decode_eff']:.3g}, "
-        f"mfu x{c['mfu']:.3g}, sync time x{c['sync']:.3g}, {c['rollout_call_s'] * 1e3:+.3g} ms per rollout call, "
-        f"{c['train_call_s'] * 1e3:+.3g} ms per training step.",
+        f"`mosearch calibrate --from mosearch --log {first}` fitted (cpu-local): {describe(c)}.",
         "",
         "| plan | figure | measured | before | error | calibrated | error |",
         "|---|---|---:|---:|---:|---:|---:|",

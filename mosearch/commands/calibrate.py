@@ -143,6 +143,11 @@ def fit(runs: list[dict], cluster_path: str) -> tuple[dict, list[dict]]:
     return corr, report
 
 
+def describe(c: dict) -> str:
+    return (f"decode_eff x{c['decode_eff']:.3g}, mfu x{c['mfu']:.3g}, sync time x{c['sync']:.3g}, rollout host work "
+            f"x{c['rollout_host']:.3g}, {c['train_call_s'] * 1e3:+.3g} ms per training step")
+
+
 def _error(pred: float, meas: float | None) -> str:
     return "-" if not meas else f"{(pred / meas - 1) * 100:+.0f}%"
 
@@ -215,8 +220,7 @@ def run(args: argparse.Namespace) -> int:
     _name_in_cluster(cluster_path, out)
     print(f"calibration of cluster {name!r} from {len(runs)} run(s) -> {out}")
     for g, c in corr.items():
-        print(f"  {g}: decode_eff x{c['decode_eff']:.3g}, mfu x{c['mfu']:.3g}, sync time x{c['sync']:.3g}, {c['rollout_call_s'] * 1e3:+.3g} ms "
-              f"per rollout call, {c['train_call_s'] * 1e3:+.3g} ms per training step")
+        print(f"  {g}: {describe(c)}")
     for line in report_lines(report):
         print(line)
     print("the step is reported, not fitted: it is composed of the phases fitted")

@@ -171,9 +171,9 @@ def calibration_line(cluster_path: str) -> None:
         from problems.placement.corrections import load_calibration
 
         cal = load_calibration(cluster.calibration)
-        what = "; ".join(f"{g}: decode_eff x{c.decode_eff:.3g}, mfu x{c.mfu:.3g}, sync x{c.sync:.3g}, {c.rollout_call_s * 1e3:+.3g} ms per "
-                         f"rollout call, {c.train_call_s * 1e3:+.3g} ms per training step"
-                         for g, c in cal.gpu_types.items())
+        from mosearch.commands.calibrate import describe
+
+        what = "; ".join(f"{g}: {describe(c.model_dump())}" for g, c in cal.gpu_types.items())
         print(f"mosearch: calibrated: predictions use {cluster.calibration}, fitted on {len(cal.runs)} run(s) of this "
               f"cluster ({what})", file=sys.stderr)
 

@@ -8,7 +8,9 @@ small, physically meaningful set, each bounded:
 - `mfu`: factor on the training matmuls' achieved share of peak (and flash attention's), kept <= 1
 - `sync`: factor on the time of a weight sync beyond the route's links (packing, the engines' reload,
   their fixed cost: the profile's sync figures; a type without them has none to scale)
-- `rollout_call_s`: seconds added per rollout call (the executor's fixed cost around generation)
+- `rollout_host`: factor on the rollout's host work: the orchestration per rollout call and per sample
+  (`rollout_call_s`, `rollout_sample_s`), the engine's per decode step and per running sequence
+  (`decode_step_s`, `decode_seq_s`): what a faster or slower host, or another executor, changes
 - `train_call_s`: seconds added per training step (its fixed cost: batch handling, logging, barriers)
 
 Factors within [1/FACTOR_BOUND, FACTOR_BOUND]; added seconds within +-(the phase's mean measured time),
@@ -25,10 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from problems.specio import load_model
 
 FACTOR_BOUND = 4.0
-FACTORS = ("decode_eff", "mfu", "sync")
-ADDED = ("rollout_call_s", "train_call_s")
+FACTORS = ("decode_eff", "mfu", "sync", "rollout_host")
+ADDED = ("train_call_s",)
+HOST_TERMS = ("rollout_call_s", "rollout_sample_s", "decode_step_s", "decode_seq_s")
 # the phase each correction acts on (what the fit and the report set it against)
-PHASE_OF = {"decode_eff": "rollout_s", "rollout_call_s": "rollout_s", "mfu": "train_s", "train_call_s": "train_s",
+PHASE_OF = {"decode_eff": "rollout_s", "rollout_host": "rollout_s", "mfu": "train_s", "train_call_s": "train_s",
             "sync": "sync_s"}
 
 
@@ -37,7 +40,7 @@ class Correction(BaseModel):
     decode_eff: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     mfu: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     sync: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
-    rollout_call_s: float = 0.0
+    rollout_host: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     train_call_s: float = 0.0
 
 
@@ -68,6 +71,9 @@ def apply(row: dict, corr: dict | None) -> dict:
     out["sync_load_gbs"] = out.get("sync_load_gbs", 0.0) / g
     out["sync_send_gbs"] = out.get("sync_send_gbs", 0.0) / g
     out["sync_overhead_s"] = out.get("sync_overhead_s", 0.0) * g
+    h = corr.get("rollout_host", 1.0)
+    for k in HOST_TERMS:
+        out[k] = out.get(k, 0.0) * h
     for k in ADDED:
         out[k] = max(0.0, out.get(k, 0.0) + corr.get(k, 0.0))
     return out
