@@ -136,3 +136,12 @@ def test_run_with_a_pinned_profile_leaves_this_machines_profile_alone(setup, mon
     assert pred["profiles"] == {"cpu-local": str(profile)}
     line = runfit.refit_after_run(path, summary, pred, run_dir="runs/b")
     assert "not refitted" in line and [r["run"] for r in load_profile(cached).runs] == ["runs/a"]
+
+
+def test_show_without_a_profile_of_this_machine_is_one_line(setup, capsys):
+    from mosearch.cli import main
+
+    assert main(["profile", "--show"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not found" in err[0] and "measure it" in err[0]
+    assert main(["profile"]) == 2 and "--out" in capsys.readouterr().err
