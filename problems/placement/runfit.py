@@ -9,12 +9,13 @@ loop's cost per step and per micro-batch, the rest of a weight sync beyond its b
 - training phase: `train_call_s`, `microbatch_loop_s`, `dp_microbatch_s`
 - weight sync: `sync_overhead_s`, and `sync_gbs` (a rate: scaled by the inverse)
 
-Each run is predicted twice with its own settings (`predict.predict_run`): with the group's terms at 0
-(`base`) and at their priors (`prior`: the profile's figures before any run refitted them). Per phase
-the measured time is modelled as `base + s * (prior - base)`, one scale `s` per group, least squares
-over the profile's runs (the last MAX_RUNS), bounded to [1/BOUND, BOUND]: a refitted term stays within
-BOUND x its prior, so one disturbed run cannot move the model far, and the device figures the profile
-measured are never touched. The colocated switch has no run-fitted term (the model's switch of a
+Each run is predicted with its own settings (`predict.predict_run`) with every term at 0 (`base`) and
+with each term alone at its prior (the profile's figure before any run refitted it): its share of its
+phase. Per phase the measured time is modelled as `base + sum_k s_k share_k`, one scale per term,
+relative least squares over the profile's runs (the last MAX_RUNS), each scale bounded to
+[1/BOUND, BOUND] and pulled toward 1: a refitted term stays within BOUND x its prior, so one disturbed
+run cannot move the model far; terms no run tells apart move together; the device figures the
+profile measured are never touched. The colocated switch has no run-fitted term (the model's switch of a
 host-memory device is the engines' sleep and wake-up, measured by the profile): it is reported only.
 """
 
@@ -71,42 +72,64 @@ def measured_phases(summary: dict) -> dict:
 
 
 def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_dir=None, measured=None) -> dict:
-    """One run's observation: its measured phases and the model's with the terms at 0 and at the prior."""
+    """One run's observation: its measured phases, the model's with every run-fitted term at 0 (`base`)
+    and each term's own share of its phase at its prior (`contrib`: group -> one figure per term; the
+    j-th terms of all groups are predicted together, the phases being apart)."""
     from problems.placement.predict import predict_run
 
-    base, _ = predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, zero_terms()))
-    pri, _ = predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, prior))
+    def terms_at(j: int | None) -> dict:
+        out = zero_terms()
+        for _, secs, rates in GROUPS.values():
+            names = (*secs, *rates)
+            if j is not None and j < len(names):
+                out[names[j]] = prior[names[j]]
+        return out
+    base, _ = predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, terms_at(None)))
+    width = max(len(secs) + len(rates) for _, secs, rates in GROUPS.values())
+    each = [predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, terms_at(j)))[0] for j in range(width)]
+    contrib = {group: [float(each[j][phase] - base[phase]) for j in range(len(secs) + len(rates))]
+               for group, (phase, secs, rates) in GROUPS.items()}
     phases = [p for p, _, _ in GROUPS.values()] + ["switch_s"]
     return {"run": str(run_dir or ""), "plan": str(plan_file), "mode": summary.get("mode"),
             "steps": summary.get("steps"), "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "measured": measured or measured_phases(summary),
-            "base": {p: float(base[p]) for p in phases if p in base},
-            "prior": {p: float(pri[p]) for p in phases if p in pri}}
+            "base": {p: float(base[p]) for p in phases if p in base}, "contrib": contrib}
+
+
+RIDGE = 0.1  # pull of each term's scale toward 1 (its prior), relative to its share of the phase
 
 
 def fit(runs: list[dict], prior: dict) -> dict:
-    """{scales, terms, residual: {phase: (before, after)}} over `runs` (relative RMS errors)."""
+    """{scales: {term: s}, terms, residual: {phase: (before, after)}} over `runs` (relative RMS errors).
+    Per group: measured - base = sum_k s_k contrib_k, relative least squares (each run weighed by its own
+    time), each s_k within [1/BOUND, BOUND] and pulled toward 1 by RIDGE, so terms a run cannot tell
+    apart (the same calls and samples in every run) move together from their priors."""
+    from scipy.optimize import lsq_linear
+
     scales, residual = {}, {}
-    for group, (phase, _, _) in GROUPS.items():
-        rows = [r for r in runs if phase in r["measured"] and phase in r["base"] and r["measured"][phase] > 0]
+    for group, (phase, secs, rates) in GROUPS.items():
+        names = (*secs, *rates)
+        rows = [r for r in runs if phase in r["measured"] and phase in r["base"] and r["measured"][phase] > 0
+                and group in r.get("contrib", {})]
         if not rows:
             continue
         m = np.array([r["measured"][phase] for r in rows])
         b = np.array([r["base"][phase] for r in rows])
-        c = np.array([r["prior"][phase] for r in rows]) - b
-        # relative least squares: each run weighs by its own time, not the slowest run's
-        w = 1 / m
-        den = float(np.sum((w * c) ** 2))
-        s = float(np.sum(w * c * w * (m - b)) / den) if den > 0 else 1.0
-        s = float(np.clip(s, 1 / BOUND, BOUND))
-        scales[group] = s
-        rms = lambda pred: float(np.sqrt(np.mean(((pred - m) / m) ** 2)))  # noqa: E731
-        residual[phase] = (rms(b + c), rms(b + s * c))
+        C = np.array([r["contrib"][group] for r in rows]) / m[:, None]
+        y = (m - b) / m
+        # the pull is in the units of the fit: each term's share of the phase (a term that adds little to
+        # any run is pulled as weakly as its misfit pushes it)
+        pull = RIDGE * np.maximum(np.sqrt(np.mean(C ** 2, axis=0)), 1e-12)
+        A = np.vstack([C, np.diag(pull)])
+        rhs = np.concatenate([y, pull])
+        sol = lsq_linear(A, rhs, bounds=(1 / BOUND, BOUND)).x
+        scales.update({k: float(v) for k, v in zip(names, sol)})
+        rms = lambda pred: float(np.sqrt(np.mean((pred / m - 1) ** 2)))  # noqa: E731
+        residual[phase] = (rms(b + C.sum(1) * m), rms(b + (C @ sol) * m))
     terms = {}
-    for group, (_, secs, rates) in GROUPS.items():
-        s = scales.get(group, 1.0)
-        terms.update({k: prior[k] * s for k in secs})
-        terms.update({k: prior[k] / s for k in rates})
+    for _, secs, rates in GROUPS.values():
+        terms.update({k: prior[k] * scales.get(k, 1.0) for k in secs})
+        terms.update({k: prior[k] / scales.get(k, 1.0) for k in rates})
     return {"scales": scales, "terms": terms, "residual": residual}
 
 
@@ -124,10 +147,11 @@ def refit(profile, observation: dict):
 
 def summary_line(path, result: dict, n: int) -> str:
     parts = []
-    for group, (phase, _, _) in GROUPS.items():
-        if group in result["scales"]:
+    for group, (phase, secs, rates) in GROUPS.items():
+        if phase in result["residual"]:
             before, after = result["residual"][phase]
-            parts.append(f"{group} x{result['scales'][group]:.2f} (residual {before * 100:.0f}% -> {after * 100:.0f}%)")
+            each = ", ".join(f"{k} x{result['scales'][k]:.2f}" for k in (*secs, *rates))
+            parts.append(f"{group}: {each} (residual {before * 100:.0f}% -> {after * 100:.0f}%)")
     return (f"refitted the run-fitted terms of {path} from {n} run(s) (each within {BOUND:g}x its prior): "
             + ("; ".join(parts) or "no phase measured") + "; `mosearch profile --show` lists them")
 

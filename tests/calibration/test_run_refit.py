@@ -85,7 +85,8 @@ def test_refit_is_bounded_by_its_prior(setup):
     new = load_profile(machine.cached_profile("cpu-local"))
     prior = new.run_fit["prior"]
     assert new.fitted.rollout_call_s == pytest.approx(prior["rollout_call_s"] * runfit.BOUND)
-    assert new.run_fit["scales"]["rollout"] == pytest.approx(runfit.BOUND)
+    assert new.run_fit["scales"]["rollout_call_s"] == pytest.approx(runfit.BOUND)
+    assert new.run_fit["scales"]["rollout_sample_s"] == pytest.approx(runfit.BOUND)
 
 
 def test_refit_over_several_runs_keeps_the_priors_and_shows_them(setup, capsys):
@@ -116,13 +117,24 @@ def test_profile_of_another_machine_is_not_refitted(setup, monkeypatch):
     assert "not refitted" in line and not machine.cached_profile("cpu-local").exists()
 
 
-def test_fit_recovers_a_known_scale():
-    runs = [{"measured": {"rollout_s": 1.0 + 2.0 * c}, "base": {"rollout_s": 1.0}, "prior": {"rollout_s": 1.0 + c}}
-            for c in (0.1, 0.3, 0.5)]
+def test_fit_tells_two_terms_apart_across_runs():
+    """Rollout = base + s_call x call share + s_sample x sample share: runs with different samples per call
+    recover both scales (2 and 0.5); one run alone moves them together, pulled toward their priors."""
+    truth = (2.0, 0.5)
+    runs = []
+    for call, sample in ((0.1, 0.05), (0.1, 0.4), (0.1, 0.8)):
+        m = 1.0 + truth[0] * call + truth[1] * sample
+        runs.append({"measured": {"rollout_s": m}, "base": {"rollout_s": 1.0},
+                     "contrib": {"rollout": [call, sample]}})
     prior = dict.fromkeys(runfit.TERMS, 0.01)
     res = runfit.fit(runs, prior)
-    assert res["scales"]["rollout"] == pytest.approx(2.0)
-    assert res["terms"]["rollout_call_s"] == pytest.approx(0.02) and res["residual"]["rollout_s"][1] < 1e-9
+    assert res["scales"]["rollout_call_s"] == pytest.approx(2.0, rel=0.1)
+    assert res["scales"]["rollout_sample_s"] == pytest.approx(0.5, rel=0.1)
+    assert res["terms"]["rollout_sample_s"] == pytest.approx(0.005, rel=0.1)
+    before, after = res["residual"]["rollout_s"]
+    assert after < 0.2 * before
+    assert "train_s" not in res["residual"]  # no run measured it: its terms stay at their priors
+    assert res["terms"]["microbatch_loop_s"] == 0.01
 
 
 def test_run_with_a_pinned_profile_leaves_this_machines_profile_alone(setup, monkeypatch):
