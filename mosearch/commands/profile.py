@@ -206,8 +206,9 @@ ALL_STEPS = tuple(STEP_KEYS)
 
 
 def measure_machine(named, out) -> None:
-    """This machine's profile of the device `named` profiles: `named`'s run-fitted terms as priors (until
-    this machine's runs refit them), every device measurement taken again here (`--only` all steps, the
+    """This machine's profile of the device `named` profiles: `named`'s run-fitted terms as priors, scaled
+    by the host-speed ratio (`carry_run_fitted`; until this machine's runs refit them), every device
+    measurement taken again here (`--only` all steps, the
     default grid: about a minute on 2 cores), written to `out`. In a subprocess: the measurement runs on
     one thread (OMP_NUM_THREADS=1), as the trainer's actors do, whatever the calling process uses."""
     import os
@@ -232,8 +233,49 @@ def measure_machine(named, out) -> None:
         tmp.unlink(missing_ok=True)
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"`mosearch profile` exited with {done.returncode}: {tail}")
+    ratio = carry_run_fitted(Path(named), tmp)
     tmp.replace(out)
-    machine.say(f"measured this machine's profile in {time.perf_counter() - started:.0f} s -> {out}")
+    machine.say(f"measured this machine's profile in {time.perf_counter() - started:.0f} s -> {out}"
+                + (f"; run-fitted terms carried over at its host speed, x{ratio:.2g}" if ratio != 1.0 else ""))
+
+
+# the profile's fixed host costs that both machines measure: per training micro-batch, per generate call,
+# per decode step (calibration.fit's intercepts: Python, launches, scheduling)
+HOST_COSTS = ("train_overhead_s", "prefill_overhead_s", "decode_step_overhead_s")
+HOST_RATIO_BOUND = 4.0
+
+
+def host_ratio(old, new) -> float:
+    """This machine's host costs over the other machine's: the geometric mean of HOST_COSTS' ratios,
+    within [1/4, 4] (1 when none is measured on both)."""
+    import math
+
+    r = [getattr(new, k) / getattr(old, k) for k in HOST_COSTS if getattr(old, k) > 0 and getattr(new, k) > 0]
+    if not r:
+        return 1.0
+    g = math.exp(sum(math.log(x) for x in r) / len(r))
+    return min(HOST_RATIO_BOUND, max(1 / HOST_RATIO_BOUND, g))
+
+
+def carry_run_fitted(named, measured) -> float:
+    """The run-fitted terms of `named` (another machine's runs) carried into `measured` (this machine's
+    device measurements): orchestration is host work, so each is scaled by the ratio of the host costs
+    both machines measured (`host_ratio`); they are this machine's priors until its own runs refit them
+    (problems/placement/runfit.py). Returns the ratio."""
+    from pathlib import Path
+
+    from problems.placement.profile import load_profile
+    from problems.placement.runfit import TERMS
+
+    old, new = load_profile(named), load_profile(measured)
+    ratio = host_ratio(old.fitted, new.fitted)
+    carried = {k: getattr(old.fitted, k) * ratio for k in RUN_FITTED}
+    fitted = new.fitted.model_copy(update=carried)
+    prior = {k: getattr(fitted, k) for k in TERMS}
+    new = new.model_copy(update={"fitted": fitted, "runs": [], "run_fit": {
+        "prior": prior, "host_ratio": ratio, "carried_from": Path(named).name}})
+    atomic_write_text(str(measured), yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
+    return ratio
 
 
 def show(path: str) -> int:

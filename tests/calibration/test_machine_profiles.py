@@ -137,3 +137,28 @@ def test_profile_flag_of_a_missing_file_is_one_line(tmp_path, capsys):
                  "--profile", str(tmp_path / "nope.yaml")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and "nope.yaml" in err[0] and "not found" in err[0]
+
+
+def test_run_fitted_terms_are_carried_over_at_the_host_speed_ratio(tmp_path):
+    """A profile measured here starts from the other machine's run-fitted terms scaled by how much
+    faster this host's measured fixed costs are (bounded), as the priors its own runs refit."""
+    from mosearch.commands.profile import HOST_COSTS, HOST_RATIO_BOUND, carry_run_fitted
+    from problems.placement.profile import RUN_FITTED
+
+    old = load_profile(COMMITTED)
+    data = yaml.safe_load(COMMITTED.read_text())
+    for k in HOST_COSTS:  # this host: half the other's fixed costs
+        data["fitted"][k] = getattr(old.fitted, k) / 2
+    data["fitted"]["rollout_sample_s"] = 123.0  # what the copy held: replaced by the carried figure
+    here = tmp_path / "here.yaml"
+    here.write_text(yaml.safe_dump(data))
+    assert carry_run_fitted(COMMITTED, here) == pytest.approx(0.5)
+    new = load_profile(here)
+    for k in RUN_FITTED:
+        assert getattr(new.fitted, k) == pytest.approx(getattr(old.fitted, k) * 0.5)
+    assert new.run_fit["prior"]["rollout_sample_s"] == pytest.approx(old.fitted.rollout_sample_s * 0.5)
+    assert new.runs == [] and new.fitted.tflops == data["fitted"]["tflops"]
+    for k in HOST_COSTS:  # a host 100x faster: bounded
+        data["fitted"][k] = getattr(old.fitted, k) / 100
+    here.write_text(yaml.safe_dump(data))
+    assert carry_run_fitted(COMMITTED, here) == pytest.approx(1 / HOST_RATIO_BOUND)
