@@ -6,7 +6,10 @@ loop's cost per step and per micro-batch, the rest of a weight sync beyond its b
 (`RUN_FITTED` and the sync's) are refitted from every run on this machine, by phase:
 
 - rollout phase: `rollout_call_s`, `rollout_sample_s`
-- training phase: `train_call_s`, `microbatch_loop_s`, `dp_microbatch_s`
+- training phase: `train_call_s`, `microbatch_loop_s`, `dp_microbatch_s`, and `train_compute`, a factor
+  on the time the profile's training grid gave (the model trains at mfu / it, kept <= 1, with
+  `train_overhead_s` x it per micro-batch): what the runs achieved beside a micro-benchmark taken on
+  a busy machine
 - weight sync: `sync_overhead_s`, and `sync_gbs` (a rate: scaled by the inverse)
 
 Each run is predicted with its own settings (`predict.predict_run`) with every term at 0 (`base`) and
@@ -31,32 +34,40 @@ BOUND = 3.0
 MAX_RUNS = 20
 GROUPS = {
     "rollout": ("rollout_s", ("rollout_call_s", "rollout_sample_s"), ()),
-    "training": ("train_s", ("train_call_s", "microbatch_loop_s", "dp_microbatch_s"), ()),
+    "training": ("train_s", ("train_call_s", "microbatch_loop_s", "dp_microbatch_s", "train_compute"), ()),
     "sync": ("sync_s", ("sync_overhead_s",), ("sync_gbs",)),
 }
 TERMS = tuple(k for _, secs, rates in GROUPS.values() for k in (*secs, *rates))
 # profile figure -> the model's efficiency key where they differ (specs._apply_profiles)
 EFF_KEY = {"sync_gbs": "sync_load_gbs"}
 ZERO_RATE = 1e12  # GB/s: a rate this high takes no time (the "0" of a rate term)
+# a factor on the training compute time (the model trains at mfu / it): it has no "0"; its share of the
+# training phase is K / mfu, from the phase at the prior's mfu and at half of it
+COMPUTE = "train_compute"
 
 
-def with_terms(gpu: str, terms: dict):
-    """Cluster -> Cluster with these run-fitted terms for `gpu` (for predict_run's `adjust`)."""
+def with_terms(gpu: str, terms: dict, grid: dict | None = None):
+    """Cluster -> Cluster with these run-fitted terms for `gpu` (for predict_run's `adjust`); `grid`: the
+    profile's training-grid figures {mfu, train_overhead_s}, which `train_compute` divides and multiplies."""
     import dataclasses
 
     def adjust(cluster):
         eff = {g: dict(v) for g, v in cluster.efficiencies.items()}
-        eff.setdefault(gpu, {}).update({EFF_KEY.get(k, k): v for k, v in terms.items()})
+        row = eff.setdefault(gpu, {})
+        row.update({EFF_KEY.get(k, k): v for k, v in terms.items() if k != COMPUTE})
+        if COMPUTE in terms and grid:
+            row["mfu"] = min(1.0, grid["mfu"] / terms[COMPUTE])
+            row["microbatch_s"] = grid["train_overhead_s"] * terms[COMPUTE]
         return dataclasses.replace(cluster, efficiencies=eff)
     return adjust
 
 
 def zero_terms() -> dict:
-    return {k: (ZERO_RATE if k in EFF_KEY else 0.0) for k in TERMS}
+    return {k: (ZERO_RATE if k in EFF_KEY else 0.0) for k in TERMS if k != COMPUTE}
 
 
 def prior_terms(profile) -> dict:
-    return dict(profile.run_fit.get("prior") or {k: getattr(profile.fitted, k) for k in TERMS})
+    return {k: getattr(profile.fitted, k) for k in TERMS} | dict(profile.run_fit.get("prior") or {})
 
 
 def measured_phases(summary: dict) -> dict:
@@ -71,29 +82,45 @@ def measured_phases(summary: dict) -> dict:
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
-def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_dir=None, measured=None) -> dict:
+def observe(plan_file, summary: dict, gpu: str, prior: dict, inputs=None, run_dir=None, measured=None,
+            grid: dict | None = None) -> dict:
     """One run's observation: its measured phases, the model's with every run-fitted term at 0 (`base`)
     and each term's own share of its phase at its prior (`contrib`: group -> one figure per term; the
-    j-th terms of all groups are predicted together, the phases being apart)."""
+    j-th terms of all groups are predicted together, the phases being apart). The training compute's
+    share: what the training phase gains at twice the prior's factor (half the mfu, twice the grid's
+    fixed cost per micro-batch)."""
     from problems.placement.predict import predict_run
 
+    compute = {COMPUTE: prior.get(COMPUTE, 1.0)}
+
     def terms_at(j: int | None) -> dict:
-        out = zero_terms()
+        out = zero_terms() | compute
         for _, secs, rates in GROUPS.values():
-            names = (*secs, *rates)
+            names = [n for n in (*secs, *rates) if n != COMPUTE]
             if j is not None and j < len(names):
                 out[names[j]] = prior[names[j]]
         return out
-    base, _ = predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, terms_at(None)))
-    width = max(len(secs) + len(rates) for _, secs, rates in GROUPS.values())
-    each = [predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, terms_at(j)))[0] for j in range(width)]
-    contrib = {group: [float(each[j][phase] - base[phase]) for j in range(len(secs) + len(rates))]
+
+    def at(terms):
+        return predict_run(plan_file, summary, inputs=inputs, adjust=with_terms(gpu, terms, grid))[0]
+    base = at(terms_at(None))
+    width = max(len([n for n in (*secs, *rates) if n != COMPUTE]) for _, secs, rates in GROUPS.values())
+    each = [at(terms_at(j)) for j in range(width)]
+    contrib = {group: [float(each[j][phase] - base[phase]) for j in range(len([n for n in (*secs, *rates) if n != COMPUTE]))]
                for group, (phase, secs, rates) in GROUPS.items()}
+    m = min(1.0, grid["mfu"] / compute[COMPUTE]) if grid else 1.0
+    share = 0.0
+    if grid:  # at twice the factor (half the mfu, twice the fixed cost) the grid's time doubles: its share
+        slow = at(terms_at(None) | {COMPUTE: 2 * grid["mfu"] / m})
+        share = max(0.0, float(slow["train_s"] - base["train_s"]))
+    contrib["training"].append(share)
     phases = [p for p, _, _ in GROUPS.values()] + ["switch_s"]
+    base_out = {p: float(base[p]) for p in phases if p in base}
+    base_out["train_s"] -= share
     return {"run": str(run_dir or ""), "plan": str(plan_file), "mode": summary.get("mode"),
             "steps": summary.get("steps"), "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "measured": measured or measured_phases(summary),
-            "base": {p: float(base[p]) for p in phases if p in base}, "contrib": contrib}
+            "measured": measured or measured_phases(summary), "base": base_out, "contrib": contrib,
+            "mfu_at_prior": m}
 
 
 RIDGE = 0.1  # pull of each term's scale toward 1 (its prior), relative to its share of the phase
@@ -115,14 +142,18 @@ def fit(runs: list[dict], prior: dict) -> dict:
             continue
         m = np.array([r["measured"][phase] for r in rows])
         b = np.array([r["base"][phase] for r in rows])
-        C = np.array([r["contrib"][group] for r in rows]) / m[:, None]
+        C = np.array([(r["contrib"][group] + [0.0] * len(names))[:len(names)] for r in rows]) / m[:, None]
         y = (m - b) / m
         # the pull is in the units of the fit: each term's share of the phase (a term that adds little to
         # any run is pulled as weakly as its misfit pushes it)
         pull = RIDGE * np.maximum(np.sqrt(np.mean(C ** 2, axis=0)), 1e-12)
         A = np.vstack([C, np.diag(pull)])
         rhs = np.concatenate([y, pull])
-        sol = lsq_linear(A, rhs, bounds=(1 / BOUND, BOUND)).x
+        lo = np.full(len(names), 1 / BOUND)
+        if COMPUTE in names:  # faster compute than mfu 1 is not a share of peak
+            lo[names.index(COMPUTE)] = max(1 / BOUND, max(r.get("mfu_at_prior", 1.0) for r in rows))
+        hi = np.maximum(np.full(len(names), BOUND), lo)
+        sol = lsq_linear(A, rhs, bounds=(lo, hi)).x
         scales.update({k: float(v) for k, v in zip(names, sol)})
         rms = lambda pred: float(np.sqrt(np.mean((pred / m - 1) ** 2)))  # noqa: E731
         residual[phase] = (rms(b + C.sum(1) * m), rms(b + (C @ sol) * m))
@@ -203,7 +234,8 @@ def refit_after_run(plan_file, summary: dict, predicted: dict, inputs=None, run_
         # a pinned profile (--profile) beside this machine's own: the runs of the pinned one stay out of it
         return (f"run not refitted: it was predicted with {path}, not this machine's profile {out} "
                 "(runs refit the profile they are predicted with when it is this machine's own)")
-    obs = observe(plan_file, summary, gpu, prior_terms(profile), inputs, run_dir, measured)
+    grid = {"mfu": profile.fitted.mfu, "train_overhead_s": profile.fitted.train_overhead_s}
+    obs = observe(plan_file, summary, gpu, prior_terms(profile), inputs, run_dir, measured, grid)
     new, result = refit(profile, obs)
     # this machine's profile lives in the user's cache, never in a repository: a profile of this machine
     # used from elsewhere (the cluster's own) starts it, with the refit, and is read from there next

@@ -262,7 +262,8 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         f = profile.fitted
         gpu = types[canonical].model_dump()
         intra = dict(gpu["intra_node"], bandwidth_gbs=f.intra_gbs or gpu["intra_node"]["bandwidth_gbs"])
-        measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=f.mfu, prefill_eff=f.prefill_eff,
+        measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=min(1.0, f.mfu / f.train_compute),
+                        prefill_eff=f.prefill_eff,
                         decode_eff=f.decode_eff, intra_node=intra)
         gpu.update(measured)
         # the profile measured the peak in the precision it ran: that figure for every precision the type runs
@@ -270,7 +271,7 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         gpu["train_fit"] = {}  # and its fit reads element-wise traffic at decode_eff, with its own overheads
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
-        efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s,
+        efficiencies[canonical] = {"microbatch_s": f.train_overhead_s * f.train_compute, "decode_step_s": f.decode_step_overhead_s,
                                    **{k: getattr(f, k) for k in RUN_FITTED}, "sync_load_gbs": f.sync_gbs,
                                    "sync_overhead_s": f.sync_overhead_s,
                                    # a profiled device is run by mosearch's trainer: TP on separate projections

@@ -157,3 +157,22 @@ def test_show_without_a_profile_of_this_machine_is_one_line(setup, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not found" in err[0] and "measure it" in err[0]
     assert main(["profile"]) == 2 and "--out" in capsys.readouterr().err
+
+
+def test_training_compute_is_refitted_within_its_bounds(setup):
+    """A run whose training took 1.6x the model's: the compute factor (mfu / it) takes most of it; the
+    model's mfu is never set above 1."""
+    path, profile = setup
+    summary = summary_for(path, rollout_x=1.0, train_x=1.6)
+    before, _ = predict_run(path, summary, local_cluster=None)
+    runfit.refit_after_run(path, summary, before)
+    new = load_profile(machine.cached_profile("cpu-local"))
+    assert new.fitted.train_compute > 1.2
+    after, _ = predict_run(path, summary, local_cluster=None)
+    meas = summary["measured"]["train_s"]
+    assert abs(after["train_s"] / meas - 1) < 0.5 * abs(before["train_s"] / meas - 1)
+    # faster than measured: bounded by mfu 1 (the committed profile's mfu is 1: no faster compute)
+    fast = summary_for(path, rollout_x=1.0, train_x=0.5)
+    runfit.refit_after_run(path, fast, predict_run(path, fast, local_cluster=None)[0])
+    again = load_profile(machine.cached_profile("cpu-local"))
+    assert again.fitted.train_compute >= load_profile(profile).fitted.mfu - 1e-9
