@@ -151,7 +151,8 @@ def fit(runs: list[dict], prior: dict) -> dict:
         rhs = np.concatenate([y, pull])
         lo = np.full(len(names), 1 / BOUND)
         if COMPUTE in names:  # faster compute than mfu 1 is not a share of peak
-            lo[names.index(COMPUTE)] = max(1 / BOUND, max(r.get("mfu_at_prior", 1.0) for r in rows))
+            lo[names.index(COMPUTE)] = max(1 / BOUND, max((r["mfu_at_prior"] for r in rows if "mfu_at_prior" in r),
+                                                           default=0.0))
         hi = np.maximum(np.full(len(names), BOUND), lo)
         sol = lsq_linear(A, rhs, bounds=(lo, hi)).x
         scales.update({k: float(v) for k, v in zip(names, sol)})
