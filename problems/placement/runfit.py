@@ -137,7 +137,7 @@ def fit(runs: list[dict], prior: dict) -> dict:
     for group, (phase, secs, rates) in GROUPS.items():
         names = (*secs, *rates)
         rows = [r for r in runs if phase in r["measured"] and phase in r["base"] and r["measured"][phase] > 0
-                and group in r.get("contrib", {})]
+                and len(r.get("contrib", {}).get(group, [])) == len(names)]  # runs observed with every term
         if not rows:
             continue
         m = np.array([r["measured"][phase] for r in rows])
