@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", help="workload spec (model, batch, lengths) of the config")
     p.add_argument("--out", help="calibration file to write (default: the one the cluster names, else "
                                  "<cluster>.calibration.yaml beside it)")
+    from mosearch.commands.profile import add_profile_flag
+
+    add_profile_flag(p)
     p.set_defaults(func=run)
 
 
@@ -55,7 +58,8 @@ def _plan_for(args, cluster_path: str, cluster_name: str, out_dir: Path) -> str:
             raise InputError(args.plan, "cluster.name", f"a plan of cluster {plan.cluster.name!r}",
                              f"a plan of {cluster_name!r}, the cluster being calibrated")
         return str(Path(args.plan).resolve())
-    if not args.config or args.source not in ("verl", "areal"):
+    # verl's config may be its defaults plus the overrides the run passed, as `mosearch import` reads it
+    if args.source not in ("verl", "areal") or not (args.config or (args.source == "verl" and args.overrides)):
         raise InputError("command line", "--plan", "missing",
                          "--plan PLAN, or --config CONFIG --workload W for verl and AReaL")
     if not args.workload:
@@ -65,7 +69,7 @@ def _plan_for(args, cluster_path: str, cluster_name: str, out_dir: Path) -> str:
 
     plan, _ = import_plan(args.source, args.config, list(args.overrides), cluster_path, args.workload)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{args.source}-{Path(args.config).stem}.yaml"
+    path = out_dir / f"{args.source}-{Path(args.config).stem if args.config else 'args'}.yaml"
     path.write_text(plan_yaml(plan))
     return str(path.resolve())
 
@@ -182,7 +186,10 @@ def _name_in_cluster(cluster_path: Path, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mosearch.calibrate_logs import phases
+    from mosearch.commands.profile import follow_machine
     from problems.placement.corrections import Calibration, load_calibration
+
+    follow_machine(args)  # the cluster's profile of a device this machine has: this machine's, as plan uses
     from problems.specio import read_yaml_mapping
 
     cluster_path = Path(args.cluster)

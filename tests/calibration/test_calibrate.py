@@ -198,3 +198,15 @@ def test_plans_far_from_the_calibrated_runs_are_marked(local_plan):
     assert line.startswith("extrapolated:") and "mode disaggregated (measured colocated)" in line
     wider = plan.model_copy(update={"train": t.model_copy(update={"dp": t.dp * 4})})
     assert "ranks" in extrapolation(wider, measured)
+
+
+def test_verl_config_of_another_cluster_is_one_line(tmp_path, capsys):
+    """The run's verl settings (as `mosearch import` reads them) ask for more GPUs per node than the
+    calibrated cluster's nodes hold: one line naming the key."""
+    log = tmp_path / "verl.log"
+    log.write_text(VERL_CONSOLE)
+    code = main(["calibrate", "--cluster", str(local_cluster(tmp_path)), "--from", "verl", "--log", str(log),
+                 "--workload", str(REPO / "problems/workloads/tiny-grpo.yaml"),
+                 "trainer.n_gpus_per_node=8", "trainer.nnodes=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "n_gpus_per_node" in err[0] and "local" in err[0]
