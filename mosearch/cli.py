@@ -22,6 +22,7 @@ COMMANDS = [
     "train",
     "export_model",
     "profile",
+    "calibrate",
 ]
 
 

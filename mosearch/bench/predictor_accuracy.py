@@ -215,6 +215,8 @@ def main() -> int:
     runs.mkdir(parents=True, exist_ok=True)
     log = runs / "log.txt"
     profile = Path(args.profile)
+    # every prediction here and in the runs it starts uses this profile, not this machine's cached one
+    os.environ["MOSEARCH_PROFILE"] = str(profile.resolve())
     started = time.time()
     if not profile.is_file():
         print(f"profiling the local device -> {profile}", flush=True)

@@ -39,10 +39,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=DEFAULTS["max_new_tokens"])
     p.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
     p.add_argument("--seed", type=int, default=0)
+    from mosearch.commands.profile import add_profile_flag
+
+    add_profile_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from mosearch.commands.profile import follow_machine
+
+    follow_machine(args)
     from rich.console import Console
 
     from mosearch.cli import main

@@ -47,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="evaluate populations across this many Ray tasks (default 1: in process)")
     p.add_argument("--no-report", action="store_true", help="skip the plots and report.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from mosearch.commands.profile import add_profile_flag
+
+    add_profile_flag(p)
     p.set_defaults(func=run)
 
 
@@ -105,6 +108,9 @@ def _resolution(args):
 
 
 def run(args) -> int:
+    from mosearch.commands.profile import follow_machine
+
+    follow_machine(args)
     from mosearch.planner.run import plan_run, resume_run
     from mosearch.report.terminal import console, front_table
 
@@ -116,6 +122,7 @@ def run(args) -> int:
                              checkpoint_every=args.checkpoint_every)
     else:
         _check(args)
+        calibration_line(args.cluster)
         # --time alone: the time limit alone; neither: the default budget
         evals = args.evals if args.evals is not None else None if args.time_s is not None else SearchSettings.evals
         settings = SearchSettings(algorithm=args.algorithm, evals=evals, time_s=args.time_s, seed=1 if args.seed is None else args.seed,
@@ -140,6 +147,9 @@ def run(args) -> int:
         out.print(describe(outcome.restriction))
     for note in outcome.notes:
         out.print(f"note: {note}", soft_wrap=True)
+    far = extrapolated(args.cluster if not args.resume else None, shown)
+    if far:
+        out.print(far, soft_wrap=True)
     state = "PARTIAL (interrupted): " if res.partial else ""
     # the time of all the evaluations counted (the structured stage's and the seeds' too, not only the
     # evolutionary search's) and of writing the results: what the user waited for
@@ -150,3 +160,38 @@ def run(args) -> int:
         print("mosearch: search interrupted; the front written is what was found so far", file=sys.stderr)
         return 130
     return 0
+
+
+def calibration_line(cluster_path: str) -> None:
+    """One line when the cluster carries corrections fitted on its runs (`mosearch calibrate`)."""
+    from problems.placement.specs import load_cluster
+
+    cluster = load_cluster(cluster_path)
+    if cluster.calibration:
+        from problems.placement.corrections import load_calibration
+
+        cal = load_calibration(cluster.calibration)
+        from mosearch.commands.calibrate import describe
+
+        what = "; ".join(f"{g}: {describe(c.model_dump())}" for g, c in cal.gpu_types.items())
+        print(f"mosearch: calibrated: predictions use {cluster.calibration}, fitted on {len(cal.runs)} run(s) of this "
+              f"cluster ({what})", file=sys.stderr)
+
+
+def extrapolated(cluster_path: str | None, plans) -> str | None:
+    """On a calibrated cluster: which plans of the front are far from every calibrated run."""
+    if cluster_path is None:
+        return None
+    from problems.placement.corrections import extrapolation, load_calibration
+    from problems.placement.specs import load_cluster
+
+    cluster = load_cluster(cluster_path)
+    if not cluster.calibration:
+        return None
+    runs = [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
+    far = [p.plan_id for p in plans if extrapolation(p, runs)]
+    if not far:
+        return None
+    return (f"extrapolated: {len(far)} of the {len(plans)} plans of the front are far from the {len(runs)} calibrated "
+            f"run(s) (another mode, layout or GPU type, or over 2x their engines or ranks): {', '.join(far[:10])}"
+            + (", ..." if len(far) > 10 else "") + "; `mosearch show RUN --with PLAN` says why")

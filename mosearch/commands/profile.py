@@ -35,7 +35,10 @@ STEP_KEYS = {"matmul": "matmul", "bandwidth": "memory_bandwidth", "train": "trai
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure this device and fit the performance model to it")
-    p.add_argument("--out", required=True, help="profile YAML to write (e.g. profiles/local.yaml)")
+    p.add_argument("--out", help="profile YAML to write (e.g. profiles/local.yaml)")
+    p.add_argument("--show", metavar="PROFILE", nargs="?", const="",
+                   help="measure nothing: print a profile's machine, fitted figures and what runs refitted them "
+                        "(default: this machine's cached profile of its device)")
     p.add_argument("--refit", metavar="PROFILE",
                    help="measure nothing: refit an existing profile's raw measurements with the current model "
                         "formulas (run-fitted overheads are kept) and write it to --out")
@@ -107,6 +110,12 @@ def _fmt(value) -> str:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    if args.show is not None:
+        return show(args.show)
+    if not args.out:
+        from problems.errors import InputError
+
+        raise InputError("command line", "--out", "missing", "--out PROFILE (or --show)")
     if args.refit:
         return refit(args)
 
@@ -163,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     cfg, params, fitted = _fit_for(model_path, rows)
     if old is not None:
         kept = {k: getattr(old.fitted, k) for k in RUN_FITTED}
-        new = old.model_copy(update={"measurements": rows, "fitted": fitted.model_copy(update=kept)})
+        new = old.model_copy(update={"measurements": rows, "fitted": fitted.model_copy(update=kept),
+                                     "machine": this_machine(torch)})
         atomic_write_text(args.out, yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
         _print_fitted(console, f"{', '.join(args.only)} re-measured -> {args.out}", old.fitted, new.fitted)
         return 0
@@ -175,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
               "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
               "seconds": round(time.perf_counter() - started, 1), "grid": args.grid},
         model={"path": args.model, "params": params, "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size},
+        machine=this_machine(torch),
         measurements=rows,
         fitted=fitted,
     )
@@ -182,3 +193,149 @@ def run(args: argparse.Namespace) -> int:
 
     _print_fitted(console, f"profile of {profile.device_type} ({profile.host['seconds']} s) -> {args.out}", None, fitted)
     return 0
+
+
+def this_machine(torch) -> dict:
+    """The machine record a profile measured here carries (problems/placement/machine.py)."""
+    from problems.placement import machine
+
+    return {**machine.detect(), "threads": torch.get_num_threads()}
+
+
+ALL_STEPS = tuple(STEP_KEYS)
+
+
+def measure_machine(named, out) -> None:
+    """This machine's profile of the device `named` profiles: `named`'s run-fitted terms as priors, scaled
+    by the host-speed ratio (`carry_run_fitted`; until this machine's runs refit them), every device
+    measurement taken again here (`--only` all steps, the
+    default grid: about a minute on 2 cores), written to `out`. In a subprocess: the measurement runs on
+    one thread (OMP_NUM_THREADS=1), as the trainer's actors do, whatever the calling process uses."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from problems.placement import machine
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".measuring.yaml")
+    shutil.copyfile(named, tmp)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", machine.ENV: machine.AS_NAMED,
+           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "mosearch", "profile", "--only", *ALL_STEPS, "--out", str(tmp)],
+                          env=env, capture_output=True, text=True)
+    if done.returncode:
+        tmp.unlink(missing_ok=True)
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"`mosearch profile` exited with {done.returncode}: {tail}")
+    ratio = carry_run_fitted(Path(named), tmp)
+    tmp.replace(out)
+    machine.say(f"measured this machine's profile in {time.perf_counter() - started:.0f} s -> {out}"
+                + (f"; run-fitted terms carried over at its host speed, x{ratio:.2g}" if ratio != 1.0 else ""))
+
+
+# the profile's fixed host costs that both machines measure: per training micro-batch, per generate call,
+# per decode step (calibration.fit's intercepts: Python, launches, scheduling)
+HOST_COSTS = ("train_overhead_s", "prefill_overhead_s", "decode_step_overhead_s")
+HOST_RATIO_BOUND = 4.0
+
+
+def host_ratio(old, new) -> float:
+    """This machine's host costs over the other machine's: the geometric mean of HOST_COSTS' ratios,
+    within [1/4, 4] (1 when none is measured on both)."""
+    import math
+
+    r = [getattr(new, k) / getattr(old, k) for k in HOST_COSTS if getattr(old, k) > 0 and getattr(new, k) > 0]
+    if not r:
+        return 1.0
+    g = math.exp(sum(math.log(x) for x in r) / len(r))
+    return min(HOST_RATIO_BOUND, max(1 / HOST_RATIO_BOUND, g))
+
+
+def carry_run_fitted(named, measured) -> float:
+    """The run-fitted terms of `named` (another machine's runs) carried into `measured` (this machine's
+    device measurements): orchestration is host work, so each is scaled by the ratio of the host costs
+    both machines measured (`host_ratio`); they are this machine's priors until its own runs refit them
+    (problems/placement/runfit.py). Returns the ratio."""
+    from pathlib import Path
+
+    from problems.placement.profile import load_profile
+    from problems.placement.runfit import TERMS
+
+    old, new = load_profile(named), load_profile(measured)
+    ratio = host_ratio(old.fitted, new.fitted)
+    carried = {k: getattr(old.fitted, k) * ratio for k in RUN_FITTED}
+    fitted = new.fitted.model_copy(update=carried)
+    prior = {k: getattr(fitted, k) for k in TERMS}
+    new = new.model_copy(update={"fitted": fitted, "runs": [], "run_fit": {
+        "prior": prior, "host_ratio": ratio, "carried_from": Path(named).name}})
+    atomic_write_text(str(measured), yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
+    return ratio
+
+
+def show(path: str) -> int:
+    """A profile's machine, fitted figures and the runs that refitted its run-fitted terms."""
+    from pathlib import Path
+
+    from problems.errors import InputError
+    from problems.placement import machine
+    from problems.placement.profile import load_profile
+
+    if not path:
+        p = machine.cached_profile(local_device_type_light())
+        if not p.is_file():
+            raise InputError(str(p), None, "not found", "this machine's profile: `mosearch plan`, `train` or `demo` "
+                             "measure it, or give a profile file")
+        path = str(p)
+    prof = load_profile(path)
+    console = Console()
+    rec = prof.machine
+    here = machine.detect()
+    console.print(f"{path}: {prof.device_type}, measured on "
+                  + (machine.describe(rec) + (" (this machine)" if machine.same_machine(rec, here) else
+                                              " (another machine; this one is " + machine.describe(here) + ")")
+                     if rec else "an unrecorded machine"))
+    _print_fitted(console, "fitted", None, prof.fitted)
+    from problems.placement.runfit import describe_fit
+
+    for line in describe_fit(prof):
+        console.print(line, soft_wrap=True)
+    return 0
+
+
+def local_device_type_light() -> str:
+    """cpu-local unless this machine has a GPU of a catalog type (without importing torch)."""
+    from problems.placement import machine
+
+    gpu = machine.detect().get("gpu")
+    if not gpu:
+        return "cpu-local"
+    aliases = gpu_aliases(gpu_catalog())
+    return next((aliases[t.lower()] for t in gpu.replace("NVIDIA", "").split() if t.lower() in aliases), gpu)
+
+
+def add_profile_flag(p) -> None:
+    p.add_argument("--profile", metavar="PATH",
+                   help="the profile of this machine's device to predict with (default: the cluster's when it was "
+                        "measured on this machine, else this machine's own, measured once and cached)")
+
+
+def follow_machine(args) -> None:
+    """Before a command reads a cluster: `--profile` pins this machine's profile; otherwise a profile of a
+    local device measured on another machine is replaced by this machine's, measured when missing."""
+    import os
+    from pathlib import Path
+
+    from problems.errors import InputError
+    from problems.placement import machine
+
+    if getattr(args, "profile", None):
+        if not Path(args.profile).is_file():
+            raise InputError(args.profile, None, "not found", "a profile written by `mosearch profile`")
+        os.environ[machine.ENV] = str(Path(args.profile).resolve())
+    machine.set_measurer(measure_machine)

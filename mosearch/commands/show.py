@@ -49,6 +49,9 @@ def run(args) -> int:
 
         print(summary(mine))
         print(against_front(mine, args.run_dir))
+        line = extrapolation_line(mine, args.with_plan)
+        if line:
+            print(line)
     return 0
 
 
@@ -63,3 +66,19 @@ def _with_plan(args):
         raise InputError(args.with_plan, "predicted", "no predicted throughput and cost",
                          "a plan scored by the model (mosearch import --out, mosearch pick)")
     return mine
+
+
+def extrapolation_line(plan, plan_file: str) -> str | None:
+    """Where the plan's cluster is calibrated (`mosearch calibrate`): a line when the plan is far from
+    every run the calibration was fitted on."""
+    from problems.placement.corrections import extrapolation, load_calibration
+    from problems.placement.planfiles import PlanInputs
+
+    try:
+        cluster = PlanInputs.load(plan_file).cluster()
+    except (InputError, OSError):
+        return None
+    if not cluster.calibration:
+        return None
+    runs = [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
+    return extrapolation(plan, runs)

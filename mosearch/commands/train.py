@@ -74,6 +74,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--replan-evals", type=int, default=None,
                    help="evaluations of a re-plan's search (default 3000)")
     p.add_argument("--no-progress", action="store_true")
+    from mosearch.commands.profile import add_profile_flag
+
+    add_profile_flag(p)
     p.set_defaults(func=run)
     global _PARSER
     _PARSER = p
@@ -104,6 +107,9 @@ def resume_command(args: argparse.Namespace, out: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mosearch.commands.profile import follow_machine
+
+    follow_machine(args)
     from problems.placement.planfiles import PlanInputs
     from problems.placement.plancheck import check_plan
     from trainer.driver import RunConfig
@@ -165,8 +171,30 @@ def run(args: argparse.Namespace) -> int:
         ws = summary["layout"]["weight_sync"]
         extra.append((f"sync_s ({len(ws['engine_regions'])} engine(s), {ws['copy_bytes'] / 1e6:.3g} MB as ran)",
                       sync_s, summary["measured"]["sync_s"]))
-    print_comparison(summary, inputs, Path(cfg.out), extra)
+    predicted = print_comparison(summary, inputs, Path(cfg.out), extra)
+    if summary["status"] not in ("interrupted", "stopped") and summary["steps"] >= 2:
+        refit_line(inputs.plan_file, summary, predicted, inputs, cfg.out)
     return 130 if summary["status"] == "interrupted" else 0
+
+
+def refit_line(plan_file, summary: dict, predicted: dict, inputs, out) -> None:
+    """Every run refits this machine's profile (problems/placement/runfit.py); one line says how."""
+    from problems.placement.runfit import refit_after_run
+
+    measured = None
+    if summary.get("mode") != ASYNC:  # the per-step medians (a slow step on a busy machine moves a mean)
+        from mosearch.calibrate_logs import phases
+
+        try:
+            measured = {k: v for k, v in phases("mosearch", out)[0].items() if k != "step_s"}
+        except InputError:
+            measured = None
+    try:
+        line = refit_after_run(plan_file, summary, predicted, inputs, out, measured)
+    except (InputError, OSError, ValueError) as err:
+        line = f"run not refitted: {err}"
+    if line:
+        print(line)
 
 
 def workload_defaults(workload) -> dict:
@@ -249,8 +277,9 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
             for r in [header, *rows]]
 
 
-def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list[tuple] = ()) -> None:
-    """`inputs`: the run's PlanInputs (or a plan file); `extra`: more (label, predicted, measured) rows."""
+def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list[tuple] = ()) -> dict:
+    """`inputs`: the run's PlanInputs (or a plan file); `extra`: more (label, predicted, measured) rows.
+    Returns the predicted figures."""
     from problems.placement.planfiles import PlanInputs
     from problems.placement.predict import LOCAL_CLUSTER, predict_run
 
@@ -269,6 +298,7 @@ def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list
         print(line)
     if out is not None and out.is_dir():  # beside summary.json: what the comparison was made against
         (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))
+    return predicted
 
 
 def model_sync_s(summary: dict, inputs) -> float | None:

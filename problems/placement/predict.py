@@ -538,7 +538,7 @@ LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
 
 
 def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path | None = LOCAL_CLUSTER,
-                inputs=None) -> tuple[dict, list[str]]:
+                inputs=None, adjust=None) -> tuple[dict, list[str]]:
     """(predicted figures, notes) for what a training run actually did, from its summary: its batch
     (prompts x group size), the prompt and response lengths it generated (mean, and the longest
     response), and its optimizer updates per step. A run whose work ran on this machine's CPU while
@@ -547,7 +547,8 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
     layout it really ran (its engines and their TP, dp x tp x pp and sharding, as many devices as
     those take) and the model it trained, in fp32 (what the CPU runs). `inputs`: the run's PlanInputs
     (the plan and its specs, already read), else read from `plan_file`. `predicted["layout"]` says
-    which layout the figures are for."""
+    which layout the figures are for. `adjust`: Cluster -> Cluster applied to the cluster read (e.g. other
+    run-fitted terms, problems/placement/runfit.py)."""
     from problems.placement.plan import PoolRoles, SpecRef
     from problems.placement.planfiles import PlanInputs
 
@@ -600,6 +601,7 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
     etp = max(lay.get("engine_tp") or [1])  # as the engines reported it (a summary without: 1, the CPU's)
     if local_cluster is not None:
         local = load_cluster(local_cluster)
+        local = adjust(local) if adjust else local
         foreign = {p.gpu for p in plan.pools if p.used_gpus} - {q.gpu.name for q in local.pools}
         on_cpu = lay.get("emulated") or (lay.get("device") == "cpu" and foreign)
     if local_cluster is not None and on_cpu:
@@ -645,10 +647,14 @@ def predict_run(plan_file: str | Path, summary: dict, local_cluster: str | Path 
     if ran and ran != wl.precision:
         notes.append(f"predicted in {ran}, the precision the training ranks ran (the workload names {wl.precision})")
         wl = dataclasses.replace(wl, precision=ran)
-    out = predict_plan(plan_file, plan=plan, cluster=cluster or inputs.cluster(), workload=wl, **kw)
+    if cluster is None:
+        cluster = adjust(inputs.cluster()) if adjust else inputs.cluster()
+    out = predict_plan(plan_file, plan=plan, cluster=cluster, workload=wl, **kw)
     if out.get("repaired"):
         notes.append("the model changed the layout to fit its cluster: these figures are not for the layout that ran")
     t = plan.train  # the layout the figures are for
+    # the profiles the figures came from, per GPU type the layout used (what a run refits: runfit.py)
+    out["profiles"] = {p.gpu: cluster.profiles[p.gpu] for p in plan.pools if p.used_gpus and p.gpu in cluster.profiles}
     out["layout"] = {"engines": plan.rollout_engines, "engine_tp": max(p.rollout_tp for p in plan.pools if p.rollout_engines),
                      "dp": t.dp, "tp": t.tp, "pp": t.pp, "sharding": t.sharding}
     return out, notes

@@ -45,6 +45,10 @@ class Fitted(BaseModel):
     dp_microbatch_s: float = Field(default=0.0, ge=0, description="extra seconds per micro-batch of a rank when dp > 1")
     microbatch_loop_s: float = Field(default=0.0, ge=0, description="seconds per micro-batch of any rank's training "
                                      "loop beyond its forward and backward")
+    # fitted from this machine's runs (problems/placement/runfit.py), not kept when the device is measured again:
+    # the training time the runs took over what the training grid gave (the model trains at mfu /
+    # train_compute, kept <= 1, with train_overhead_s x train_compute per micro-batch); 1 = as measured
+    train_compute: float = Field(default=1.0, gt=0, description="factor on the training compute time the grid measured")
 
 
 # the Fitted figures that come from measured trainer runs: re-profiling the device keeps them
@@ -56,9 +60,16 @@ class Profile(BaseModel):
     version: int = PROFILE_VERSION
     device_type: str
     host: dict = Field(default_factory=dict)
+    # what it was measured on (problems/placement/machine.py): a cluster uses this machine's own profile
+    # of a local device when the one it names was measured on another
+    machine: dict = Field(default_factory=dict)
     model: dict = Field(default_factory=dict, description="the model the step and rollout grids ran")
     measurements: dict
     fitted: Fitted
+    # measured trainer runs on this machine and the refit of the run-fitted terms they gave
+    # (problems/placement/runfit.py): what `mosearch profile --show` prints
+    runs: list[dict] = Field(default_factory=list)
+    run_fit: dict = Field(default_factory=dict)
 
 
 

@@ -93,6 +93,8 @@ class ClusterSpec(Spec):
     node_groups: list[NodeGroupSpec]
     gpu_types: dict[str, GPUTypeSpec] = Field(default_factory=dict)
     profiles: dict[str, str] = Field(default_factory=dict, description="GPU type -> profile file from `mosearch profile`")
+    calibration: str | None = Field(default=None, description="corrections fitted on this cluster's runs by "
+                                                              "`mosearch calibrate` (relative to the cluster file)")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ class Cluster:
     profiles: dict[str, str] = field(default_factory=dict)  # GPU type -> profile path used
     # per GPU type, model parameters fitted by calibration that are not catalog figures
     efficiencies: dict[str, dict[str, float]] = field(default_factory=dict)
+    # per GPU type, corrections fitted on the cluster's runs (problems/placement/corrections.py) and their file
+    corrections: dict[str, dict[str, float]] = field(default_factory=dict)
+    calibration: str | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -230,6 +235,7 @@ def _widest_paths(n: int, links: list[tuple[int, int, float, float, float]]):
 
 def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
     """Replace catalog figures with those fitted by `mosearch profile` for each profiled GPU type."""
+    from problems.placement import machine
     from problems.placement.profile import RUN_FITTED, load_profile
 
     aliases = gpu_aliases(types)
@@ -241,6 +247,13 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
             raise InputError(path, key, f"unknown GPU type {gpu_type!r}", "a GPU type of this cluster")
         file = Path(ref) if Path(ref).is_absolute() else Path(path).parent / ref
         profile = load_profile(file)
+        # a profile of a device this machine has, measured on another machine: this machine's own
+        use, note = machine.resolve(file, profile.machine, profile.device_type,
+                                    machine.is_local(profile.device_type, lambda n: aliases.get(n.lower())))
+        if note:
+            machine.say(note)
+        if use != file:
+            file, profile = use, load_profile(use)
         catalog = gpu_aliases(gpu_catalog())  # a type overridden under an alias is still its catalog part
         if aliases.get(profile.device_type.lower()) != canonical and (
                 catalog.get(profile.device_type.lower()) is None
@@ -250,7 +263,8 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         f = profile.fitted
         gpu = types[canonical].model_dump()
         intra = dict(gpu["intra_node"], bandwidth_gbs=f.intra_gbs or gpu["intra_node"]["bandwidth_gbs"])
-        measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=f.mfu, prefill_eff=f.prefill_eff,
+        measured = dict(tflops=f.tflops, bandwidth_tbs=f.bandwidth_tbs, mfu=min(1.0, f.mfu / f.train_compute),
+                        prefill_eff=f.prefill_eff,
                         decode_eff=f.decode_eff, intra_node=intra)
         gpu.update(measured)
         # the profile measured the peak in the precision it ran: that figure for every precision the type runs
@@ -258,7 +272,7 @@ def _apply_profiles(path: str, spec: ClusterSpec, types: dict[str, GPUType]):
         gpu["train_fit"] = {}  # and its fit reads element-wise traffic at decode_eff, with its own overheads
         gpu["sources"] = {**gpu["sources"], **{k: f"profile {file.name}" for k in measured}}
         types[canonical] = GPUType(**gpu)
-        efficiencies[canonical] = {"microbatch_s": f.train_overhead_s, "decode_step_s": f.decode_step_overhead_s,
+        efficiencies[canonical] = {"microbatch_s": f.train_overhead_s * f.train_compute, "decode_step_s": f.decode_step_overhead_s,
                                    **{k: getattr(f, k) for k in RUN_FITTED}, "sync_load_gbs": f.sync_gbs,
                                    "sync_overhead_s": f.sync_overhead_s,
                                    # a profiled device is run by mosearch's trainer: TP on separate projections
@@ -339,7 +353,29 @@ def build_cluster(path: str, spec: ClusterSpec) -> Cluster:
             inter_gbs=min(g.inter_node_gbs or spec.regions[region].inter_node_gbs for g in groups),
             node_sizes=sizes if len(set(sizes)) > 1 else (),
         ))
-    return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies)
+    corrections, calibration = _calibration(path, spec, aliases)
+    return Cluster(spec.name, path, pools, regions, bw, lat, egr, profiles, efficiencies, corrections, calibration)
+
+
+def _calibration(path: str, spec: ClusterSpec, aliases: dict[str, str]):
+    """The corrections of the calibration file the cluster names (none: {}, None)."""
+    if not spec.calibration:
+        return {}, None
+    from problems.placement.corrections import load_calibration
+
+    file = Path(spec.calibration) if Path(spec.calibration).is_absolute() else Path(path).parent / spec.calibration
+    if not file.is_file():
+        raise InputError(path, "calibration", f"{spec.calibration}: no such file", "a file `mosearch calibrate` wrote")
+    cal = load_calibration(file)
+    if cal.cluster != spec.name:
+        raise InputError(str(file), "cluster", f"fitted on cluster {cal.cluster!r}, not {spec.name!r}",
+                         "the calibration of this cluster")
+    out = {}
+    for gpu, corr in cal.gpu_types.items():
+        if gpu.lower() not in aliases:
+            raise InputError(str(file), f"gpu_types.{gpu}", "not a GPU type of this cluster", ", ".join(sorted(set(aliases.values()))))
+        out[aliases[gpu.lower()]] = corr.model_dump()
+    return out, str(file)
 
 
 def load_cluster(path: str | Path) -> Cluster:

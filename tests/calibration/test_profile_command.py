@@ -62,6 +62,10 @@ def test_only_remeasures_the_named_step_and_keeps_the_rest(tmp_path, repo_root):
     assert {r.get("op") for r in new.measurements["collective"]} >= {"all_reduce", "broadcast", "tp_layer"}
     assert new.fitted.intra_gbs > 1e-3 and new.fitted.dp_microbatch_s == 0.123
     assert new.fitted.mfu == pytest.approx(shipped["fitted"]["mfu"])
+    # re-measured here: the profile now records this machine (the shipped one records its Xeon)
+    from problems.placement import machine
+
+    assert machine.same_machine(new.machine, machine.detect()) and new.machine["threads"] >= 1
 
 
 def test_only_without_a_profile_is_one_line(tmp_path, repo_root):

@@ -14,6 +14,7 @@ from problems.errors import InputError
 from problems.placement.model import fitted as _fitted
 from problems.placement.model.executor_costs import StepCosts, step_costs
 from problems.placement.model.lengths import Lengths, build as build_lengths
+from problems.placement.corrections import apply as apply_corrections
 from problems.placement.names import EAGER_PARTS
 from problems.placement.specs import Cluster, Workload
 
@@ -298,6 +299,8 @@ def build_context(cluster: Cluster, workload: Workload,
         row.update(KIND_DEFAULTS.get(p.link_kind, {}))
         row.update(efficiencies.get(p.gpu.name, {}))
         train_hbm.append(float(efficiencies.get(p.gpu.name, {}).get("decode_eff", catalog_decode)))
+        # a cluster's calibration (`mosearch calibrate`): corrections on top of all of the above
+        row = apply_corrections(row, cluster.corrections.get(p.gpu.name))
         row.setdefault("elementwise_eff", train_hbm[-1])
         row["attn_eff"] = min(row.get("attn_eff") or p.gpu.attn_eff or row["mfu"], row["mfu"])
         for k in EFFICIENCY_KEYS:
