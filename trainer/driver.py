@@ -172,7 +172,7 @@ class Driver:
             from trainer.rollout.vllm_engine import check_model
 
             check_model(self._config(), self.model_path, self.found.cuda)
-        P.fit_model(self.layout, self._config())
+        P.fit_model(self.layout, self._config(), self.plan_file)
         if cfg.warm_start_steps:
             from trainer.models.warmstart import warm_start
 
@@ -242,7 +242,7 @@ class Driver:
         self._shutdown_groups()
         self.found, self.plan_file = found, plan_file
         self._adopt(plan, False)
-        P.fit_model(self.layout, self._config())
+        P.fit_model(self.layout, self._config(), plan_file)
         self.setup()
 
     def placement_groups(self) -> list:
@@ -266,7 +266,8 @@ class Driver:
         from trainer.workers import TrainWorker
 
         found, lay, cfg = self.found, self.layout, self.cfg
-        self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} sharding={lay.sharding} ({lay.world} ranks)")
+        self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp}" + (f" ep={lay.ep}" if lay.ep > 1 else "")
+                 + f" sharding={lay.sharding} ({lay.world} ranks)")
         for note in lay.notes:
             self.log(f"note: {note}")
         self._ray_started = P.start_ray(lay, found) or self._ray_started  # a relaunch finds it running

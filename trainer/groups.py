@@ -156,7 +156,8 @@ class TrainGroup:
         for r, pool in enumerate(lay.rank_pools):
             opts = P.actor_options(pool.split("@")[0], self.found, self.share, (self.pg, r))
             self.actors.append(self.cls.options(runtime_env=self.env, **opts).remote(
-                rank=r, world_size=lay.world, master_addr=host, master_port=port, tp=lay.tp, pp=lay.pp, **self.init))
+                rank=r, world_size=lay.world, master_addr=host, master_port=port, tp=lay.tp, pp=lay.pp, ep=lay.ep,
+                **self.init))
             self.roster.add(WORKER, r, self.actors[-1])
         return self.actors
 
@@ -228,9 +229,9 @@ class TrainGroup:
 
     @property
     def sharded(self) -> bool:
-        """True when no single rank holds the whole model (TP/PP cut or FSDP)."""
+        """True when no single rank holds the whole model (TP/PP cut, FSDP or EP)."""
         lay = self.layout
-        return lay.tp > 1 or lay.pp > 1 or params_sharded_by(lay.sharding, lay.dp)
+        return lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or params_sharded_by(lay.sharding, lay.dp)
 
     def state_ref(self):
         """A ref to the full model state (rank 0's): gathering a cut or sharded model is a collective
