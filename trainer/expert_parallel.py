@@ -125,7 +125,9 @@ class EPExperts(torch.nn.Module):
         got = torch.empty(sum(recv_l), dtype=expert.dtype, device=expert.device)
         dist.all_to_all_single(got, expert.contiguous(), recv_l, send_l, group=self.group)  # their experts (no grad)
         got -= self.first
-        y = torch.zeros_like(x)
+        # tied to x's graph even when no row comes here (x[:0].sum() is 0): a rank must run the backward
+        # all-to-alls whatever its routing, or the EP group's collectives fall out of step
+        y = torch.zeros_like(x) + x[:0].sum()
         for j in range(self.local):
             rows = (got == j).nonzero().squeeze(1)
             if rows.numel() == 0:

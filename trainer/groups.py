@@ -193,7 +193,8 @@ class TrainGroup:
         lay = self.layout
         shards = split(samples, lay.replica_weights)
         n_micro = [max(1, -(-len(sh) // micro_batch)) for sh in shards]  # as the model counts them, per replica
-        if lay.sharding in PARAM_SHARDINGS:  # FSDP's all-gathers need the same number of passes on every rank
+        # FSDP's all-gathers, and EP's all-to-alls in every MoE layer, need the same number of passes on every rank
+        if lay.sharding in PARAM_SHARDINGS or lay.ep > 1:
             n_micro = [max(n_micro)] * lay.dp
         return [a.accumulate.remote(shards[self.replica(r)], n_global, n_micro[self.replica(r)], last)
                 for r, a in enumerate(self.actors)]

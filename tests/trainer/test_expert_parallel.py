@@ -17,11 +17,14 @@ from tests.trainer.test_parallel import ALGO, MICRO, _batch, _port
 from trainer import expert_parallel as EP
 
 
-def _rank(rank, world, port, model, ep, fault, out):
+def _rank(rank, world, port, model, ep, fault, out, one_sided=False):
     import os
 
     torch.set_num_threads(1)
     from trainer.workers import TrainWorker
+
+    if one_sided:
+        _route_to_first_two()
 
     w = TrainWorker(model, rank, world, port, ALGO, MICRO, "none", ep=ep)
     if fault:  # the test's injection point: an expert gradient counted twice, or lost, on one rank
@@ -55,10 +58,11 @@ def _rank(rank, world, port, model, ep, fault, out):
     w.shutdown()
 
 
-def run_ep(model: str, world: int, ep: int, out, fault: str | None = None) -> dict:
+def run_ep(model: str, world: int, ep: int, out, fault: str | None = None, one_sided: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     port = _port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model, ep, fault, str(out))) for r in range(world)]
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model, ep, fault, str(out), one_sided))
+             for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
@@ -73,17 +77,35 @@ def run_ep(model: str, world: int, ep: int, out, fault: str | None = None) -> di
             "grad_norm": [g[4] for g in got], "info": [g[5] for g in got]}
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_moe_model):
+def _route_to_first_two(setattr_=setattr) -> None:
+    """Make every Qwen3-MoE router of this process send each token to experts 0 and 1 only: with ep=2
+    rank 1 then receives no token, yet must run every all-to-all of the forward and backward."""
+    from transformers.models.qwen3_moe import modeling_qwen3_moe as M
+
+    def forward(self, hidden):
+        logits = torch.nn.functional.linear(hidden.reshape(-1, self.hidden_dim), self.weight)
+        logits = logits.masked_fill(torch.arange(self.num_experts) >= 2, float("-inf"))
+        top, idx = torch.topk(torch.softmax(logits.float(), -1), self.top_k, dim=-1)
+        return logits, (top / top.sum(-1, keepdim=True)).to(logits.dtype), idx
+
+    setattr_(M.Qwen3MoeTopKRouter, "forward", forward)
+
+
+def _reference(model):
     from trainer.workers import TrainWorker
 
-    w = TrainWorker(str(tiny_moe_model), 0, 1, _port(), ALGO, MICRO)
+    w = TrainWorker(str(model), 0, 1, _port(), ALGO, MICRO)
     before = {k: v.clone() for k, v in w.state_items()}
     batch = _batch()
     w.accumulate(batch, len(batch), n_micro=4, last=True)
     st = w.apply()
     return {"loss": st["loss"], "state": dict(w.state_items()), "before": before, "params": w.params_held,
             "grad_norm": st["grad_norm"]}
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_moe_model):
+    return _reference(tiny_moe_model)
 
 
 def compare(got: dict, reference: dict) -> None:
@@ -129,6 +151,16 @@ def test_wrong_expert_gradient_fails_the_comparison(reference, tiny_moe_model, t
     got = run_ep(str(tiny_moe_model), 2, 2, tmp_path, fault)
     with pytest.raises(AssertionError):
         compare(got, reference)
+
+
+def test_a_rank_that_receives_no_token_keeps_step(tiny_moe_model, tmp_path, monkeypatch):
+    _route_to_first_two(monkeypatch.setattr)
+    ref = _reference(tiny_moe_model)
+    got = run_ep(str(tiny_moe_model), 2, 2, tmp_path, one_sided=True)
+    compare(got, ref)
+    for k in (k for k in ref["state"] if EP.is_expert(k)):  # experts 2, 3 got no token: unchanged
+        moved = (ref["state"][k] - ref["before"][k]).flatten(1).abs().amax(1)
+        assert bool((moved[:2] > 0).all()) and bool((moved[2:] == 0).all()), (k, moved)
 
 
 def test_checkpoint_items_are_what_save_pretrained_writes(tiny_moe_model):
