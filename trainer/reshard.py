@@ -29,7 +29,8 @@ def _whole(key: dict) -> bool:
 
 def loads_directly(saved: dict, now: dict) -> bool:
     """The ranks of layout `now` can load the state files a layout `saved` wrote."""
-    return {"ep": 1, **saved} == now or (_whole(saved) and _whole(now))  # checkpoints before EP: ep 1
+    same = {"ep": 1, **saved} == {"ep": 1, **now}  # a checkpoint written before EP existed: ep 1
+    return same or (_whole(saved) and _whole(now))
 
 
 def save_weights(worker, path: str) -> None:

@@ -97,3 +97,8 @@ def test_which_layouts_read_each_others_state_files():
     assert not reshard.loads_directly(key(1, 2, 1, "none"), key(1, 1, 1, "none"))  # TP cut
     assert not reshard.loads_directly(key(2, 1, 1, "zero1"), key(1, 1, 1, "none"))  # optimizer state sharded
     assert not reshard.loads_directly(key(1, 1, 1, "none"), key(2, 1, 1, "zero2"))  # ranks > 0 want files of their own
+    # expert parallelism: each rank's file holds its experts only
+    assert reshard.loads_directly(key(2, 1, 1, "none") | {"ep": 2}, key(2, 1, 1, "none") | {"ep": 2})
+    assert not reshard.loads_directly(key(2, 1, 1, "none") | {"ep": 2}, key(2, 1, 1, "none") | {"ep": 1})
+    assert not reshard.loads_directly(key(2, 1, 1, "none") | {"ep": 1}, key(2, 1, 1, "none") | {"ep": 2})
+    assert reshard.loads_directly(key(2, 1, 1, "none"), key(2, 1, 1, "none") | {"ep": 1})  # written before EP

@@ -185,3 +185,27 @@ def test_layout_problems():
     assert "dense" in EP.layout_problem(SimpleNamespace(model_type="qwen2"), 2, 2, 1, 1, "none")
     assert "tp=1 and pp=1" in EP.layout_problem(moe, 2, 4, 2, 1, "none")
     assert "sharding none" in EP.layout_problem(moe, 2, 2, 1, 1, "zero3")
+
+
+def test_fit_model_runs_ep_as_the_model_allows():
+    from types import SimpleNamespace
+
+    from problems.errors import InputError
+    from trainer.placement import Layout, fit_model
+
+    def cfg(experts):
+        return SimpleNamespace(num_attention_heads=2, num_key_value_heads=2, intermediate_size=256,
+                               num_hidden_layers=2, num_experts=experts, model_type="qwen3_moe")
+
+    lay = Layout([], ["p"] * 2, False, False, ep=2)
+    fit_model(lay, cfg(4))
+    assert lay.ep == 2 and lay.notes == []
+    lay = Layout([], ["p"] * 2, False, False, ep=2)
+    fit_model(lay, cfg(0))  # a dense model: nothing to shard
+    assert lay.ep == 1 and lay.notes == ["train ep=2 runs as ep=1: the model is dense (no experts)"]
+    lay = Layout([], ["p"] * 6, False, False, ep=6)
+    fit_model(lay, cfg(4))  # 6 does not divide 4 experts: the largest that divides both
+    assert lay.ep == 2 and lay.notes == ["train ep=6 runs as ep=2: the model has 4 experts per layer"]
+    lay = Layout([], ["p"] * 2, False, False, ep=2, sharding="zero3")
+    with pytest.raises(InputError, match="train.ep.*sharding none"):
+        fit_model(lay, cfg(4), "plan.yaml")
