@@ -465,6 +465,10 @@ class Driver:
             "response_max": max((len(x.completion) for x in samples), default=0),
             "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
+            # the same in the step's first update, on the weights the engines had (with --mini-batches > 1
+            # the later updates' weights have moved on)
+            "behav_abs_diff_first": float(np.mean([st.get("behav_abs_diff_first", st["behav_abs_diff_mean"])
+                                                   for st in stats])),
             **step_metrics(samples, stats[0], self.task.rewards.names),
             "signal_groups": _signal_groups(samples, self.cfg.group_size if self.cfg.algo == "grpo" else None),
             "sample_ids": [x.sample_id for x in samples],

@@ -215,17 +215,22 @@ class TrainGroup:
         u = max(1, min(mini_batches, len(groups)))
         cuts = [round(len(groups) * q / u) for q in range(u + 1)]
         total: list[dict] | None = None
+        first: list[float] = []  # each rank's behaviour log-prob gap in the first update: the synced weights'
         for q in range(u):
             part = [x for g in groups[cuts[q]:cuts[q + 1]] for x in g]
             refs = self.accumulate(part, len(part) if u > 1 else n_global, True, micro_batch)
             if q == 0:
                 computing()
             stats = self.apply(refs, lr)
+            if q == 0:
+                first = [st.get("behav_abs_diff_mean", 0.0) for st in stats]
             if total is not None:
                 for a, b in zip(stats, total):
                     a["busy_s"] += b["busy_s"]
                     a["tokens"] += b["tokens"]
             total = stats
+        for st, f in zip(total, first):
+            st["behav_abs_diff_first"] = f
         return total
 
     @property
