@@ -59,12 +59,14 @@ def _reload(worker, items):
 
 
 def _repack_cpu_moe(worker, probes: dict) -> int:
-    """vLLM 0.32's CPU fused-MoE kernel (CPUUnquantizedExperts) runs on expert weights it prepacked at
-    load time, but its in-place reload leaves the new weights unpacked: after a reload of unchanged
-    weights the MoE block's output was off by 3e-2 (max abs, tiny-moe, hidden 128) and the sampled
-    tokens' log-probs by 0.13 against transformers'. A layer whose first expert's gate rows read exactly
-    as sent is unpacked: it is packed here as the kernel packs it at load (`process_weights_after_loading`).
-    Returns the layers packed. GPU and zentorch kernels are left alone."""
+    """vLLM 0.32's CPU fused-MoE kernel (CPUUnquantizedExperts) runs on expert weights it prepacks into
+    its grouped-gemm layout at load, but an in-place reload leaves the new weights unpacked:
+    `UnquantizedFusedMoEMethod._setup_kernel` calls the kernel's `process_weights_after_loading` (the
+    prepack) only while the MoE kernel is not yet built, i.e. at the first load. After a reload of
+    unchanged weights the MoE block's output was off by 3e-2 (max abs, tiny-moe, hidden 128) and the
+    sampled tokens' log-probs by 0.13 against transformers'. A layer whose first expert's gate rows read
+    exactly as sent is unpacked: it is packed here by that same call. Returns the layers packed. GPU and
+    zentorch kernels are left alone."""
     import torch
     from vllm.platforms import current_platform
 
