@@ -209,3 +209,24 @@ def test_fit_model_runs_ep_as_the_model_allows():
     lay = Layout([], ["p"] * 2, False, False, ep=2, sharding="zero3")
     with pytest.raises(InputError, match="train.ep.*sharding none"):
         fit_model(lay, cfg(4), "plan.yaml")
+
+
+def test_tiny_moe_is_qwen3_moe_with_the_documented_architecture(tiny_moe_model):
+    import json
+
+    from problems.placement.catalog import model_presets
+    from trainer.models.tiny import TINY_MOE_ARCH, resolve_model
+
+    cfg = json.loads((tiny_moe_model / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3MoeForCausalLM"]
+    # transformers 5 writes num_experts as num_local_experts (Qwen3MoeConfig.attribute_map); Qwen's own
+    # config.json files say num_experts: a reader takes either
+    cfg["num_experts"] = cfg.get("num_experts", cfg.get("num_local_experts"))
+    assert {k: cfg[k] for k in TINY_MOE_ARCH} == TINY_MOE_ARCH
+    assert resolve_model("tiny-moe") == tiny_moe_model  # built once, then read from the cache
+    # the catalog preset the workload names has its dense path: layers, hidden, heads, vocab, tied head
+    arch = model_presets()["tiny-moe"]
+    assert (arch.layers, arch.hidden, arch.heads, arch.kv_heads, arch.vocab, arch.tied_embeddings, arch.max_context) == (
+        cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
+        cfg["vocab_size"], cfg["tie_word_embeddings"], cfg["max_position_embeddings"])
+    assert arch.ffn == cfg["moe_intermediate_size"] * cfg["num_experts_per_tok"]
