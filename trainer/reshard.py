@@ -46,7 +46,8 @@ def save_weights(worker, path: str) -> None:
 
 def load_weights(worker, path: str) -> int:
     """Each rank copies its part of every tensor it holds from the full model at `path`: a plain
-    tensor whole, a DTensor (TP, FSDP) by its placements, an EP rank's experts as their slice. Returns the tensors loaded."""
+    tensor whole, a DTensor (TP, FSDP) by its placements, an EP rank's experts as their slice.
+    Returns the tensors loaded."""
     import torch
     from torch.distributed.tensor import DTensor, distribute_tensor
 

@@ -1,8 +1,9 @@
 """Training workers: one process per device of the plan's dp x tp x pp layout, hosted in a Ray actor.
 
 gloo on CPU, NCCL on GPU; the model is cut and sharded by `trainer.parallel` (TP, PP stages, FSDP2,
-ZeRO-1/2), a mixture-of-experts model's experts by `trainer.expert_parallel` (EP). A step may arrive in chunks (elastic pipelining): `accumulate` adds one chunk's gradient
-(micro-batched), `apply` synchronises gradients over dp, clips and takes the optimizer step. With one
+ZeRO-1/2), a mixture-of-experts model's experts by `trainer.expert_parallel` (EP). A step may arrive
+in chunks (elastic pipelining): `accumulate` adds one chunk's gradient (micro-batched), `apply`
+synchronises gradients over dp, clips and takes the optimizer step. With one
 optimizer step per batch the proximal policy of the decoupled objective is the current policy, so
 its log-probs are the detached log-probs of the same forward pass.
 """

@@ -226,7 +226,8 @@ def test_tiny_moe_is_qwen3_moe_with_the_documented_architecture(tiny_moe_model):
     assert resolve_model("tiny-moe") == tiny_moe_model  # built once, then read from the cache
     # the catalog preset the workload names has its dense path: layers, hidden, heads, vocab, tied head
     arch = model_presets()["tiny-moe"]
-    assert (arch.layers, arch.hidden, arch.heads, arch.kv_heads, arch.vocab, arch.tied_embeddings, arch.max_context) == (
+    got = (arch.layers, arch.hidden, arch.heads, arch.kv_heads, arch.vocab, arch.tied_embeddings, arch.max_context)
+    assert got == (
         cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
         cfg["vocab_size"], cfg["tie_word_embeddings"], cfg["max_position_embeddings"])
     assert arch.ffn == cfg["moe_intermediate_size"] * cfg["num_experts_per_tok"]

@@ -119,7 +119,8 @@ def resolve_model(name: str, beside: str | Path | None = None) -> Path:
     if path is None:
         problem = (f"model directory {name!r} not found" if hfmodel.is_path(name) else
                    f"unknown model preset {name!r}: the trainer runs 'tiny', 'tiny-moe' or a model directory")
-        raise InputError(None, "model", problem, "'tiny', 'tiny-moe' or a path to a local Hugging Face causal-LM directory")
+        raise InputError(None, "model", problem,
+                         "'tiny', 'tiny-moe' or a path to a local Hugging Face causal-LM directory")
     hfmodel.architecture(path)  # config.json of a supported architecture, a tokenizer that encodes
     return path
 
