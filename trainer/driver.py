@@ -172,7 +172,7 @@ class Driver:
             from trainer.rollout.vllm_engine import check_model
 
             check_model(self._config(), self.model_path, self.found.cuda)
-        P.fit_model(self.layout, self._config())
+        P.fit_model(self.layout, self._config(), self.plan_file)
         if cfg.warm_start_steps:
             from trainer.models.warmstart import warm_start
 
@@ -242,7 +242,7 @@ class Driver:
         self._shutdown_groups()
         self.found, self.plan_file = found, plan_file
         self._adopt(plan, False)
-        P.fit_model(self.layout, self._config())
+        P.fit_model(self.layout, self._config(), plan_file)
         self.setup()
 
     def placement_groups(self) -> list:
@@ -266,7 +266,8 @@ class Driver:
         from trainer.workers import TrainWorker
 
         found, lay, cfg = self.found, self.layout, self.cfg
-        self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} sharding={lay.sharding} ({lay.world} ranks)")
+        self.log(f"train layout: dp={lay.dp} tp={lay.tp} pp={lay.pp}" + (f" ep={lay.ep}" if lay.ep > 1 else "")
+                 + f" sharding={lay.sharding} ({lay.world} ranks)")
         for note in lay.notes:
             self.log(f"note: {note}")
         self._ray_started = P.start_ray(lay, found) or self._ray_started  # a relaunch finds it running
@@ -464,6 +465,10 @@ class Driver:
             "response_max": max((len(x.completion) for x in samples), default=0),
             "memory": mem, "grad_norm": stats[0]["grad_norm"], "lr": stats[0]["lr"],
             "behav_abs_diff_mean": float(np.mean([st["behav_abs_diff_mean"] for st in stats])),
+            # the same in the step's first update, on the weights the engines had (with --mini-batches > 1
+            # the later updates' weights have moved on)
+            "behav_abs_diff_first": float(np.mean([st.get("behav_abs_diff_first", st["behav_abs_diff_mean"])
+                                                   for st in stats])),
             **step_metrics(samples, stats[0], self.task.rewards.names),
             "signal_groups": _signal_groups(samples, self.cfg.group_size if self.cfg.algo == "grpo" else None),
             "sample_ids": [x.sample_id for x in samples],

@@ -1,13 +1,14 @@
 """A run's trained model out as a Hugging Face directory: `mosearch export-model RUN [--step N] --out DIR`.
 
-A checkpoint holds each rank's state as the layout left it (trainer/workers.py `save`): one file
-when every rank holds the whole model, else one per rank (TP shards, pipeline stages, FSDP/ZeRO-3
-shards, as DTensors), with `layout.json` naming the layout and the base model. A single file is read
-directly; several are merged by the trainer's own code: the layout's ranks start again as plain
-processes over gloo (no Ray, on CPU), each loads its file, and they gather the full state in Hugging
-Face naming as a weight sync does (`iter_full_state`). The directory written has the weights as
-safetensors (fp32, as trained), config.json, generation_config.json and the base model's tokenizer
-files, so `from_pretrained` and vLLM load it. A PPO run's critic (a value head) is not part of it.
+A checkpoint holds each rank's state as the layout left it (trainer/workers.py `save`): one file when
+every rank holds the whole model, else one per rank (TP shards, pipeline stages, FSDP/ZeRO-3 shards, as
+DTensors; an expert-parallel rank's share of the experts), with `layout.json` naming the layout and the
+base model. A single file is read directly; several are merged by the trainer's own code: the layout's
+ranks start again as plain processes over gloo (no Ray, on CPU), each loads its file, and they gather
+the full state in Hugging Face naming as a weight sync does (`iter_full_state`). The directory written
+has the weights as safetensors (fp32, as trained), config.json, generation_config.json and the base
+model's tokenizer files, so `from_pretrained` and vLLM load it. A PPO run's critic (a value head) is not
+part of it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _rank(rank: int, port: int, layout: dict, state_file: str, out_file: str) ->
 
     algo = dict(layout["algo"], kl_coef=0.0)  # the reference model is not in a checkpoint
     w = TrainWorker(layout["model_path"], rank, layout["world"], port, algo, layout["micro_batch"], layout["sharding"],
-                    pad_id=layout["pad_id"], tp=layout["tp"], pp=layout["pp"])
+                    pad_id=layout["pad_id"], tp=layout["tp"], pp=layout["pp"], ep=layout.get("ep", 1))
     w.load(state_file)
     items = w.state_items()
     if rank == 0:
@@ -75,7 +76,8 @@ def merged_state(path: Path, layout: dict, work: Path) -> dict:
     import torch
 
     state_file = path / "state.pt"
-    whole = layout["tp"] == layout["pp"] == 1 and not params_sharded_by(layout["sharding"], layout["world"])
+    whole = (layout["tp"] == layout["pp"] == layout.get("ep", 1) == 1
+             and not params_sharded_by(layout["sharding"], layout["world"]))
     if layout["files"] == 1 or whole:  # rank 0 holds every weight (ZeRO-1/2 shard only the optimizer)
         return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
     missing = [r for r in range(1, layout["world"]) if not (path / f"state.rank{r}.pt").is_file()]
@@ -150,7 +152,8 @@ def export(run: str | Path, out: str | Path, step: int | None = None, log=print)
             if f.is_file() and f.name not in written and not f.name.endswith(WEIGHT_SUFFIXES + (".index.json",)):
                 shutil.copy2(f, tmp / f.name)
         info = {"run": str(run), "step": driver_state.get("step"), "checkpoint": str(path), "base_model": str(base),
-                "layout": {k: layout[k] for k in ("world", "tp", "pp", "sharding")}, "files_merged": layout["files"],
+                "layout": {k: layout.get(k, 1) for k in ("world", "tp", "pp", "ep", "sharding")},
+                "files_merged": layout["files"],
                 "parameters": sum(p.numel() for p in model.parameters()), "dtype": "float32"}
         (tmp / MARKER).write_text(json.dumps(info, indent=1))
         if out.exists():
@@ -160,7 +163,8 @@ def export(run: str | Path, out: str | Path, step: int | None = None, log=print)
         shutil.rmtree(tmp, ignore_errors=True)
     lay = info["layout"]
     dp = lay["world"] // (lay["tp"] * lay["pp"])
-    log(f"exported step {info['step']} of {run} (dp={dp} tp={lay['tp']} pp={lay['pp']} sharding={lay['sharding']}; "
+    log(f"exported step {info['step']} of {run} (dp={dp} tp={lay['tp']} pp={lay['pp']}"
+        + (f" ep={lay['ep']}" if lay["ep"] > 1 else "") + f" sharding={lay['sharding']}; "
         + (f"merged from {info['files_merged']} rank files" if info["files_merged"] > 1 else "one state file")
         + f") to {out}: model.safetensors ({info['parameters']:,} parameters, fp32), config.json, "
         f"generation_config.json, tokenizer of {base.name}" + ("; the critic's value head is not exported"

@@ -156,7 +156,8 @@ class TrainGroup:
         for r, pool in enumerate(lay.rank_pools):
             opts = P.actor_options(pool.split("@")[0], self.found, self.share, (self.pg, r))
             self.actors.append(self.cls.options(runtime_env=self.env, **opts).remote(
-                rank=r, world_size=lay.world, master_addr=host, master_port=port, tp=lay.tp, pp=lay.pp, **self.init))
+                rank=r, world_size=lay.world, master_addr=host, master_port=port, tp=lay.tp, pp=lay.pp, ep=lay.ep,
+                **self.init))
             self.roster.add(WORKER, r, self.actors[-1])
         return self.actors
 
@@ -192,7 +193,8 @@ class TrainGroup:
         lay = self.layout
         shards = split(samples, lay.replica_weights)
         n_micro = [max(1, -(-len(sh) // micro_batch)) for sh in shards]  # as the model counts them, per replica
-        if lay.sharding in PARAM_SHARDINGS:  # FSDP's all-gathers need the same number of passes on every rank
+        # FSDP's all-gathers, and EP's all-to-alls in every MoE layer, need the same number of passes on every rank
+        if lay.sharding in PARAM_SHARDINGS or lay.ep > 1:
             n_micro = [max(n_micro)] * lay.dp
         return [a.accumulate.remote(shards[self.replica(r)], n_global, n_micro[self.replica(r)], last)
                 for r, a in enumerate(self.actors)]
@@ -213,24 +215,29 @@ class TrainGroup:
         u = max(1, min(mini_batches, len(groups)))
         cuts = [round(len(groups) * q / u) for q in range(u + 1)]
         total: list[dict] | None = None
+        first: list[float] = []  # each rank's behaviour log-prob gap in the first update: the synced weights'
         for q in range(u):
             part = [x for g in groups[cuts[q]:cuts[q + 1]] for x in g]
             refs = self.accumulate(part, len(part) if u > 1 else n_global, True, micro_batch)
             if q == 0:
                 computing()
             stats = self.apply(refs, lr)
+            if q == 0:
+                first = [st.get("behav_abs_diff_mean", 0.0) for st in stats]
             if total is not None:
                 for a, b in zip(stats, total):
                     a["busy_s"] += b["busy_s"]
                     a["tokens"] += b["tokens"]
             total = stats
+        for st, f in zip(total, first):
+            st["behav_abs_diff_first"] = f
         return total
 
     @property
     def sharded(self) -> bool:
-        """True when no single rank holds the whole model (TP/PP cut or FSDP)."""
+        """True when no single rank holds the whole model (TP/PP cut, FSDP or EP)."""
         lay = self.layout
-        return lay.tp > 1 or lay.pp > 1 or params_sharded_by(lay.sharding, lay.dp)
+        return lay.tp > 1 or lay.pp > 1 or lay.ep > 1 or params_sharded_by(lay.sharding, lay.dp)
 
     def state_ref(self):
         """A ref to the full model state (rank 0's): gathering a cut or sharded model is a collective

@@ -142,6 +142,7 @@ class Layout:
     pool_regions: dict[str, str] = field(default_factory=dict)  # pool -> region label its bundles must carry
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert-parallel size of a mixture-of-experts model (trainer/expert_parallel.py)
     sharding: str = "none"
     speeds: dict[str, float] = field(default_factory=dict)  # pool -> replica speed (the plan's train_speed)
 
@@ -238,13 +239,19 @@ def layout(plan: Plan, found: Found, emulate: bool, plan_file: str = "plan") -> 
             ranks = _spread(ranks, max_dp)
         notes.append("emulated: GPU types are Ray custom resources; all work runs on the CPU")
     speeds = {p.pool: p.train_speed for p in plan.pools if p.train_speed}
-    return Layout(engines, ranks, colocated, emulated, notes, pool_regions=pool_regions, tp=tp, pp=pp,
+    ep = getattr(t, "ep", 1)
+    if ep > 1 and (len(ranks) * tp) % ep:  # emulation scaled dp below what the EP groups span
+        notes.append(f"emulated: train ep={ep} runs as ep=1: dp={len(ranks)} x tp={tp} ranks are not a multiple of it")
+        ep = 1
+    return Layout(engines, ranks, colocated, emulated, notes, pool_regions=pool_regions, tp=tp, pp=pp, ep=ep,
                   sharding=plan.train.sharding, speeds=speeds)
 
 
-def fit_model(lay: Layout, config) -> None:
+def fit_model(lay: Layout, config, plan_file: str | None = None) -> None:
     """Cut tp/pp to what the model allows (a plan made for a larger model, run here on a small one),
-    noting each change: tp must divide the attention heads, kv heads and MLP width, pp <= layers."""
+    noting each change: tp must divide the attention heads, kv heads and MLP width, pp <= layers;
+    ep > 1 on a dense model runs as ep=1, and must divide the experts. An EP layout this trainer does
+    not run (with TP, PP or ZeRO/FSDP sharding) is refused in one line."""
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", heads) or heads
     tp = lay.tp
@@ -256,6 +263,19 @@ def fit_model(lay: Layout, config) -> None:
     if pp != lay.pp:
         lay.notes.append(f"train pp={lay.pp} runs as pp={pp}: the model has {config.num_hidden_layers} layers")
     lay.tp, lay.pp = tp, pp
+    from trainer.expert_parallel import layout_problem, num_experts
+
+    n = num_experts(config)
+    if lay.ep > 1 and n == 0:
+        lay.notes.append(f"train ep={lay.ep} runs as ep=1: the model is dense (no experts)")
+        lay.ep = 1
+    elif lay.ep > 1 and n % lay.ep:
+        ep = max(e for e in range(1, lay.ep) if n % e == 0 and lay.world % e == 0)
+        lay.notes.append(f"train ep={lay.ep} runs as ep={ep}: the model has {n} experts per layer")
+        lay.ep = ep
+    why = layout_problem(config, lay.ep, lay.world, lay.tp, lay.pp, lay.sharding)
+    if why:
+        raise InputError(plan_file, "train.ep", why, "ep = 1, or tp = pp = 1 and sharding none with ep > 1")
 
 
 def shortfall(plan: Plan, found: Found) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer import checkpoint as ckpt
+from trainer import expert_parallel as EP
 from trainer import reshard
 
 
@@ -172,7 +173,9 @@ class Records:
         info = sorted(d.rank_info, key=lambda x: x["rank"])
         stages: dict[int, list[int]] = {i["pp_idx"]: i["layers"] for i in info}
         return {"engines": len(d.engines), "dp": lay.dp if lay else 0, "tp": lay.tp if lay else 0,
-                "pp": lay.pp if lay else 0, "sharding": lay.sharding if lay else None,
+                "pp": lay.pp if lay else 0, "ep": lay.ep if lay else 0, "sharding": lay.sharding if lay else None,
+                # routed experts per MoE layer (0: dense)
+                "experts": EP.num_experts(d._config()) if getattr(d, "model_path", None) else 0,
                 "stages": [b - a for a, b in (stages[k] for k in sorted(stages))],
                 "params_per_rank": [i["params"] for i in info],
                 "engine_tp": d.engine_tp,  # as each engine reports it

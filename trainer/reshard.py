@@ -18,17 +18,19 @@ WEIGHTS = "weights.pt"
 
 
 def layout_key(layout) -> dict:
-    return {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "sharding": layout.sharding}
+    return {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "sharding": layout.sharding}
 
 
 def _whole(key: dict) -> bool:
     """Rank 0's state file holds the whole model and optimizer state."""
-    return key["tp"] == 1 and key["pp"] == 1 and (key["sharding"] == "none" or key["dp"] == 1)
+    return (key["tp"] == 1 and key["pp"] == 1 and key.get("ep", 1) == 1
+            and (key["sharding"] == "none" or key["dp"] == 1))
 
 
 def loads_directly(saved: dict, now: dict) -> bool:
     """The ranks of layout `now` can load the state files a layout `saved` wrote."""
-    return saved == now or (_whole(saved) and _whole(now))
+    same = {"ep": 1, **saved} == {"ep": 1, **now}  # a checkpoint written before EP existed: ep 1
+    return same or (_whole(saved) and _whole(now))
 
 
 def save_weights(worker, path: str) -> None:
@@ -44,7 +46,8 @@ def save_weights(worker, path: str) -> None:
 
 def load_weights(worker, path: str) -> int:
     """Each rank copies its part of every tensor it holds from the full model at `path`: a plain
-    tensor whole, a DTensor (TP, FSDP) by its placements. Returns the tensors loaded."""
+    tensor whole, a DTensor (TP, FSDP) by its placements, an EP rank's experts as their slice.
+    Returns the tensors loaded."""
     import torch
     from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -54,6 +57,9 @@ def load_weights(worker, path: str) -> int:
         for local, hf in worker._names.items():
             t = held[local]
             src = full[hf].to(device=worker.device, dtype=t.dtype)
+            if local in worker.expert_names:  # EP: this rank's experts, a slice along the expert axis
+                n = t.shape[0]
+                src = src[worker.epg.ep_idx * n:(worker.epg.ep_idx + 1) * n]
             if isinstance(t, DTensor):
                 t.copy_(distribute_tensor(src, t.device_mesh, t.placements))
             else:

@@ -1,7 +1,8 @@
 """A training rank's state: its weights gathered in Hugging Face naming (for weight sync and export),
 sent to the engines, moved out and back for a colocated context switch, and saved and loaded as
 checkpoints. A mixin of `TrainWorker` (trainer/workers.py), which sets up what it reads: the model
-(`model`, `module`), the layout (`c`, `g`, `tp`, `pp`, `dp`, `tied`, `fsdp`, `zero`), `_full_meta`
+(`model`, `module`), the layout (`c`, `g`, `tp`, `pp`, `dp`, `ep`, `epg`, `expert_names`, `tied`, `fsdp`,
+`zero`), `_full_meta`
 and `_names` (the full model's tensors and this rank's names for them), `opt`, `value_head`.
 """
 
@@ -14,6 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from trainer import expert_parallel as EP
 from trainer import parallel as PL
 from trainer import weight_sync as WS
 
@@ -21,15 +23,16 @@ from trainer import weight_sync as WS
 class WorkerState(WS.SyncEndpoint):
     @property
     def replicated(self) -> bool:
-        """Every rank holds the whole model as plain tensors (no TP/PP cut, no FSDP)."""
-        return self.tp == 1 and self.pp == 1 and not self.fsdp
+        """Every rank holds the whole model as plain tensors (no TP/PP cut, no FSDP, no EP)."""
+        return self.tp == 1 and self.pp == 1 and not self.fsdp and self.ep == 1
 
     def iter_full_state(self, bucket_bytes: int):
         """The full model state in HF naming (tied lm_head included), bucket by bucket: lists of
         (name, full tensor) of about `bucket_bytes`. A collective when the model is cut or sharded:
         every rank must iterate it together; each yields the same full tensors. A rank materialises
         at most one bucket beyond its own shard: TP/FSDP pieces are gathered per tensor inside the
-        stage that holds it, and that stage's rank broadcasts it over the pp group."""
+        stage that holds it, and that stage's rank broadcasts it over the pp group; EP-sharded experts
+        are all-gathered over the EP group (trainer/expert_parallel.py)."""
         held = {self._names[k]: v for k, v in self.model.state_dict().items()}
         if self.pp > 1 and self.tied and self.c.last:
             held["model.embed_tokens.weight"] = held.get("lm_head.weight")
@@ -39,6 +42,8 @@ class WorkerState(WS.SyncEndpoint):
             if t is not None:
                 t = t.detach()
                 t = t.full_tensor() if hasattr(t, "full_tensor") else t
+                if name in self.expert_names:
+                    t = EP.gather(t, self.epg)
             if self.pp > 1:
                 src = self._stage_of(name)
                 if t is None or self.c.pp_idx != src:

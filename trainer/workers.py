@@ -1,8 +1,9 @@
 """Training workers: one process per device of the plan's dp x tp x pp layout, hosted in a Ray actor.
 
 gloo on CPU, NCCL on GPU; the model is cut and sharded by `trainer.parallel` (TP, PP stages, FSDP2,
-ZeRO-1/2). A step may arrive in chunks (elastic pipelining): `accumulate` adds one chunk's gradient
-(micro-batched), `apply` synchronises gradients over dp, clips and takes the optimizer step. With one
+ZeRO-1/2), a mixture-of-experts model's experts by `trainer.expert_parallel` (EP). A step may arrive
+in chunks (elastic pipelining): `accumulate` adds one chunk's gradient (micro-batched), `apply`
+synchronises gradients over dp, clips and takes the optimizer step. With one
 optimizer step per batch the proximal policy of the decoupled objective is the current policy, so
 its log-probs are the detached log-probs of the same forward pass.
 """
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 
 from problems.placement.names import params_sharded_by
 from trainer import algorithms as A
+from trainer import expert_parallel as EP
 from trainer import parallel as PL
 from trainer import weight_sync as WS
 from trainer.batch import Sample, collate
@@ -34,13 +36,14 @@ class TrainWorker(WorkerState):
     def __init__(self, model_path: str, rank: int, world_size: int, master_port: int, algo: dict,
                  micro_batch: int, sharding: str = "none", seed: int = 0, pad_id: int = 0, tp: int = 1, pp: int = 1,
                  recompute: bool = False, optimizer_offload: bool = False, master_addr: str = "127.0.0.1",
-                 precision: str = "fp32"):
+                 precision: str = "fp32", ep: int = 1):
         from transformers import AutoModelForCausalLM
 
         self.rank, self.world = rank, world_size
-        self.tp, self.pp = tp, pp
+        self.tp, self.pp, self.ep = tp, pp, ep
         # what a checkpoint's reader needs to rebuild this layout (trainer/export_model.py)
-        self.layout = {"model_path": str(model_path), "world": world_size, "tp": tp, "pp": pp, "sharding": sharding,
+        self.layout = {"model_path": str(model_path), "world": world_size, "tp": tp, "pp": pp, "ep": ep,
+                       "sharding": sharding,
                        "algo": dict(algo), "micro_batch": micro_batch, "pad_id": pad_id,
                        "optimizer_offload": optimizer_offload}
         self.dp = world_size // (tp * pp)
@@ -59,6 +62,9 @@ class TrainWorker(WorkerState):
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=store, rank=rank,
                                     world_size=world_size)
         module = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        why = EP.layout_problem(module.config, ep, world_size, tp, pp, sharding)
+        if why:
+            raise ValueError(why)
         if recompute:  # activation recomputation: HF's layers checkpoint themselves once enabled
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # every tensor of the full model, in HF naming (tied lm_head included), for gathering it back
@@ -72,6 +78,9 @@ class TrainWorker(WorkerState):
         self.c = self.g.c if self.g else PL.Coords.of(0, 1, 1, 1)
         if tp > 1:
             PL.apply_tp(module.model.layers, self.g.tp_mesh)
+        # EP: this rank keeps 1/ep of every MoE layer's experts (names in the module's state-dict naming)
+        self.epg = EP.EPGroups(rank, world_size, ep) if ep > 1 else None
+        self.expert_names = set(EP.apply_ep(module, self.epg)) if ep > 1 else set()
         self.bounds = PL.stage_bounds(module.config.num_hidden_layers, pp)[self.c.pp_idx]
         if pp > 1:
             stage = PL.Stage(module, self.bounds, self.c.first, self.c.last)
@@ -97,6 +106,8 @@ class TrainWorker(WorkerState):
             self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.work_dtype).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.params = params
+        named = dict(self.model.named_parameters())
+        self.expert_ids = {id(named[n]) for n in self.expert_names}  # EP-sharded parameters
         # ZeRO-1/2: this rank keeps optimizer state only for the parameters it owns in its dp group
         self.zero = sharding in ("zero1", "zero2") and self.dp > 1
         self.owner = PL.owners(params, self.dp) if self.zero else [self.c.dp_idx] * len(params)
@@ -128,8 +139,15 @@ class TrainWorker(WorkerState):
 
     def layout_info(self) -> dict:
         """What this rank runs: its mesh coordinates, stage layers and the parameters it holds."""
-        return {"rank": self.rank, "dp_idx": self.c.dp_idx, "tp_idx": self.c.tp_idx, "pp_idx": self.c.pp_idx,
-                "layers": list(self.bounds), "params": self.params_held}
+        out = {"rank": self.rank, "dp_idx": self.c.dp_idx, "tp_idx": self.c.tp_idx, "pp_idx": self.c.pp_idx,
+               "layers": list(self.bounds), "params": self.params_held}
+        if self.epg is not None:  # the experts [first, end) of every MoE layer this rank holds
+            n = self._experts() // self.ep
+            out |= {"ep_idx": self.epg.ep_idx, "experts": [self.epg.ep_idx * n, (self.epg.ep_idx + 1) * n]}
+        return out
+
+    def _experts(self) -> int:
+        return next(m.num_experts for m in self.model.modules() if isinstance(m, EP.EPExperts))
 
     # -- forward ------------------------------------------------------------------------------
     def _forward(self, t: dict, model=None) -> tuple[torch.Tensor, torch.Tensor | None, float]:
@@ -313,7 +331,10 @@ class TrainWorker(WorkerState):
             for p, o in pairs:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-                if self.zero and self.sharding == "zero2":  # reduce to the owner only
+                if id(p) in self.expert_ids:  # an expert: summed over the ranks holding the same experts
+                    if self.epg.edp_size > 1:
+                        dist.all_reduce(p.grad, group=self.epg.edp_group)
+                elif self.zero and self.sharding == "zero2":  # reduce to the owner only
                     dist.reduce(PL.local(p.grad), dst=self.c.rank(dp_idx=o), group=self.g.dp_group)
                     if o != self.c.dp_idx:
                         p.grad = None
@@ -330,7 +351,13 @@ class TrainWorker(WorkerState):
             for g in self.opt.param_groups:
                 g["lr"] = lr
         grads = self._sync_grads()
-        sq = PL.sq_norm(grads).to(self.device)  # NCCL reduces device tensors only
+        if self.epg is None:
+            sq = PL.sq_norm(grads).to(self.device)  # NCCL reduces device tensors only
+        else:  # each EP rank holds its experts' part of the norm; the rest is replicated
+            mine = {id(p.grad) for p in self.params if id(p) in self.expert_ids}
+            sq = PL.sq_norm([g for g in grads if id(g) in mine]).to(self.device)
+            dist.all_reduce(sq, group=self.epg.ep_group)
+            sq += PL.sq_norm([g for g in grads if id(g) not in mine]).to(self.device)
         if self.g is not None:
             if self.zero and self.sharding == "zero2":
                 dist.all_reduce(sq, group=self.g.dp_group)

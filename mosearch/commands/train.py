@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if summary.get("plan_file") and summary["plan_file"] != str(args.plan):  # re-planned: compare with what ran last
         inputs = PlanInputs.load(summary["plan_file"])
         plan = inputs.plan
-    sync_s = model_sync_s(summary, inputs)
+    sync_s = model_sync_s(summary, inputs) if unpredicted_moe(summary, inputs) is None else None
     if sync_s is not None:  # the model's figure for what ran (engines, regions, bytes), beside the measurement
         summary.setdefault("predicted_run_layout", {})["sync_s"] = sync_s
         (Path(cfg.out) / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -163,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     etp = sorted(set(lay.get("engine_tp") or []))
     print(f"layout: {lay['engines']} engines" + (f" (rollout TP {'/'.join(map(str, etp))})" if etp else "")
           + f"; train dp={lay['dp']} tp={lay['tp']} pp={lay['pp']} "
-          f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
+          + (f"ep={lay['ep']} ({lay['experts']} experts per layer) " if lay.get("experts") else "")
+          + f"sharding={lay['sharding']}, layers per stage {lay['stages']}, parameters per rank {lay['params_per_rank']}")
     for line in [f"note: {n}" for n in lay["notes"]] + summary["warnings"]:
         print(line)
     extra = []
@@ -205,10 +206,12 @@ def workload_defaults(workload) -> dict:
            "group_size": workload.samples_per_prompt, "max_new_tokens": workload.response_max}
     if workload.has_reference and workload.algorithm == "grpo":  # the workload's KL term, unless --kl-coef
         out["kl_coef"] = WORKLOAD_KL_COEF
+    from trainer.models.tiny import TINY_PRESETS
+
     if workload.model_dir is not None:
         out["model"] = workload.model_dir
-    elif workload.model.name == "tiny":
-        out["model"] = "tiny"
+    elif workload.model.name in TINY_PRESETS:  # the test models the trainer builds
+        out["model"] = workload.model.name
     return out
 
 
@@ -285,6 +288,14 @@ def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list
 
     if not isinstance(inputs, PlanInputs):
         inputs = PlanInputs.load(inputs)
+    moe = unpredicted_moe(summary, inputs)
+    if moe is not None:  # measured figures only, said in one line
+        print(moe)
+        for line in format_table(("figure", "predicted", "measured", "error"), comparison_table(summary, {})):
+            print(line)
+        if out is not None and out.is_dir():
+            (out / "predicted_for_run.json").write_text(json.dumps({"predicted": {}, "notes": [moe]}, indent=1))
+        return
     try:
         predicted, notes = predict_run(inputs.plan_file, summary, LOCAL_CLUSTER, inputs=inputs)
     except (InputError, OSError, ValueError) as err:  # the specs moved since planning: keep the plan's figures
@@ -299,6 +310,21 @@ def print_comparison(summary: dict, inputs, out: Path | None = None, extra: list
     if out is not None and out.is_dir():  # beside summary.json: what the comparison was made against
         (out / "predicted_for_run.json").write_text(json.dumps({"predicted": predicted, "notes": notes}, indent=1))
     return predicted
+
+
+def unpredicted_moe(summary: dict, inputs) -> str | None:
+    """The line a run of a mixture-of-experts model prints in place of predictions while the workload's
+    architecture does not describe its experts (the performance model would predict a dense model);
+    None when the run's model is dense or its experts are described."""
+    lay = summary.get("layout", {})
+    n = lay.get("experts") or 0
+    if not n:
+        return None
+    arch = inputs.workload().model if inputs.has("workload") else None
+    if arch is not None and any(getattr(arch, k, None) for k in ("experts", "num_experts")):
+        return None
+    return (f"predicted: none - the performance model does not predict mixture-of-experts plans yet (this model: "
+            f"{n} experts per layer, ep={lay.get('ep', 1)}); measured figures only")
 
 
 def model_sync_s(summary: dict, inputs) -> float | None:

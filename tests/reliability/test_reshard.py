@@ -42,11 +42,11 @@ def _batch(n: int = 8, seed: int = 0) -> list[Sample]:
                    [-1.0] * 4, 0.0, rnd.uniform(-1.5, 1.5), 0) for i in range(n)]
 
 
-def _rank(rank, world, port, model, dp, tp, pp, sharding, out, load):
+def _rank(rank, world, port, model, dp, tp, pp, sharding, out, load, ep=1):
     torch.set_num_threads(1)
     from trainer.workers import TrainWorker
 
-    w = TrainWorker(model, rank, world, port, ALGO, 2, sharding, tp=tp, pp=pp)
+    w = TrainWorker(model, rank, world, port, ALGO, 2, sharding, tp=tp, pp=pp, ep=ep)
     if load:
         reshard.load_weights(w, f"{out}/weights.pt")
     else:  # one step so the weights differ from the initial model's, then the checkpoint's full weights
@@ -56,14 +56,14 @@ def _rank(rank, world, port, model, dp, tp, pp, sharding, out, load):
         reshard.save_weights(w, f"{out}/weights.pt")
     state = {k: v for b in w.iter_full_state(1 << 20) for k, v in b}
     if rank == 0:
-        torch.save(state, f"{out}/{'loaded' if load else 'trained'}-{dp}-{tp}-{pp}-{sharding}.pt")
+        torch.save(state, f"{out}/{'loaded' if load else 'trained'}-{dp}-{tp}-{pp}-{sharding}-{ep}.pt")
     w.shutdown()
 
 
-def _run(model, dp, tp, pp, sharding, out, load) -> dict:
+def _run(model, dp, tp, pp, sharding, out, load, ep=1) -> dict:
     world = dp * tp * pp
     ctx, port = mp.get_context("spawn"), _port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model, dp, tp, pp, sharding, str(out), load))
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model, dp, tp, pp, sharding, str(out), load, ep))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -73,7 +73,7 @@ def _run(model, dp, tp, pp, sharding, out, load) -> dict:
         if p.exitcode is None:
             p.kill()
     assert [p.exitcode for p in procs] == [0] * world
-    return torch.load(out / f"{'loaded' if load else 'trained'}-{dp}-{tp}-{pp}-{sharding}.pt", weights_only=True)
+    return torch.load(out / f"{'loaded' if load else 'trained'}-{dp}-{tp}-{pp}-{sharding}-{ep}.pt", weights_only=True)
 
 
 def test_weights_move_between_layouts(tiny, tmp_path):
@@ -89,6 +89,18 @@ def test_weights_move_between_layouts(tiny, tmp_path):
         assert torch.equal(got[k], v), k  # copies, not arithmetic: exact
 
 
+def test_expert_parallel_weights_move_to_and_from_ep(tiny, tmp_path):  # tiny: the model cache is set
+    """An EP 2 layout's full weights (its experts gathered) load into one rank holding every expert and
+    into EP 2 ranks, each taking its experts' slice."""
+    from trainer.models.tiny import resolve_model
+
+    moe = str(resolve_model("tiny-moe"))
+    trained = _run(moe, 2, 1, 1, "none", tmp_path, load=False, ep=2)
+    for dp, ep in ((1, 1), (2, 2)):
+        got = _run(moe, dp, 1, 1, "none", tmp_path, load=True, ep=ep)
+        assert set(got) == set(trained) and all(torch.equal(got[k], v) for k, v in trained.items()), (dp, ep)
+
+
 def test_which_layouts_read_each_others_state_files():
     key = lambda dp, tp, pp, sh: {"dp": dp, "tp": tp, "pp": pp, "sharding": sh}  # noqa: E731
     assert reshard.loads_directly(key(2, 1, 1, "none"), key(1, 1, 1, "none"))  # rank 0's file is whole
@@ -97,3 +109,8 @@ def test_which_layouts_read_each_others_state_files():
     assert not reshard.loads_directly(key(1, 2, 1, "none"), key(1, 1, 1, "none"))  # TP cut
     assert not reshard.loads_directly(key(2, 1, 1, "zero1"), key(1, 1, 1, "none"))  # optimizer state sharded
     assert not reshard.loads_directly(key(1, 1, 1, "none"), key(2, 1, 1, "zero2"))  # ranks > 0 want files of their own
+    # expert parallelism: each rank's file holds its experts only
+    assert reshard.loads_directly(key(2, 1, 1, "none") | {"ep": 2}, key(2, 1, 1, "none") | {"ep": 2})
+    assert not reshard.loads_directly(key(2, 1, 1, "none") | {"ep": 2}, key(2, 1, 1, "none") | {"ep": 1})
+    assert not reshard.loads_directly(key(2, 1, 1, "none") | {"ep": 1}, key(2, 1, 1, "none") | {"ep": 2})
+    assert reshard.loads_directly(key(2, 1, 1, "none"), key(2, 1, 1, "none") | {"ep": 1})  # written before EP

@@ -81,3 +81,10 @@ def plan_file(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_model(model_cache):
+    from trainer.models.tiny import resolve_model
+
+    return resolve_model("tiny-moe")

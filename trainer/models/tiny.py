@@ -1,4 +1,5 @@
-"""The `tiny` model: a 2-layer Qwen2-style causal LM and a character-level tokenizer.
+"""The `tiny` model: a 2-layer Qwen2-style causal LM and a character-level tokenizer; `tiny-moe`: the
+same size in the Qwen3-MoE architecture (4 experts per layer, top-2 routing), for expert parallelism.
 
 Nothing is downloaded: the first use builds the tokenizer with the `tokenizers` library and a
 randomly initialised model (seeded), and saves both with `save_pretrained` into the cache
@@ -25,10 +26,28 @@ TINY_ARCH = {
     "intermediate_size": 512,
     "tie_word_embeddings": True,
 }
+# `tiny-moe`: Qwen3MoeForCausalLM as Qwen3-30B-A3B's config.json lays it out (every layer a MoE layer,
+# decoder_sparse_step 1, norm_topk_prob true, q/k RMS norms, no qkv bias), scaled down: 4 experts of
+# width 128, 2 per token, so each token's MLP has the dense tiny model's 256 active width.
+TINY_MOE_ARCH = {
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "head_dim": 64,
+    "num_key_value_heads": 2,
+    "intermediate_size": 256,  # unused: no dense MLP layer (mlp_only_layers is empty)
+    "moe_intermediate_size": 128,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "tie_word_embeddings": True,
+}
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # One token per character: digits, operators, letters, whitespace and punctuation the tasks use.
 CHARS = list(string.digits + "+-*/=<>()[],.:;?!'\" _#" + string.ascii_lowercase + string.ascii_uppercase) + ["\n"]
 SEED = 1234
+TINY_PRESETS = ("tiny", "tiny-moe")  # the models this module builds
 
 
 def cache_dir() -> Path:
@@ -51,24 +70,26 @@ def build_tokenizer():
     )
 
 
-def build_tiny(path: Path) -> Path:
-    """Write the tokenizer and a freshly initialised model to `path` (atomically, via a temp dir)."""
+def build_tiny(path: Path, moe: bool = False) -> Path:
+    """Write the tokenizer and a freshly initialised model (`tiny`, or `tiny-moe` when `moe`) to `path`
+    (atomically, via a temp dir)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     tok = build_tokenizer()
-    config = Qwen2Config(
+    arch = TINY_MOE_ARCH if moe else TINY_ARCH
+    config = (Qwen3MoeConfig if moe else Qwen2Config)(
         vocab_size=len(tok), max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        torch_dtype="float32", **TINY_ARCH,
+        torch_dtype="float32", **arch,
     )
     torch.manual_seed(SEED)
-    model = Qwen2ForCausalLM(config)
+    model = (Qwen3MoeForCausalLM if moe else Qwen2ForCausalLM)(config)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
-    (tmp / "MOSEARCH_TINY.json").write_text(json.dumps({"seed": SEED, **TINY_ARCH, "vocab_size": len(tok)}))
+    (tmp / "MOSEARCH_TINY.json").write_text(json.dumps({"seed": SEED, **arch, "vocab_size": len(tok)}))
     if path.exists():  # another process finished first
         import shutil
 
@@ -78,26 +99,28 @@ def build_tiny(path: Path) -> Path:
     return path
 
 
-def tiny_path() -> Path:
-    path = cache_dir() / "models" / "tiny"
+def tiny_path(name: str = "tiny") -> Path:
+    """The cached `tiny` or `tiny-moe` model directory, built on first use."""
+    path = cache_dir() / "models" / name
     if not (path / "config.json").is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        build_tiny(path)
+        build_tiny(path, moe=name == "tiny-moe")
     return path
 
 
 def resolve_model(name: str, beside: str | Path | None = None) -> Path:
-    """`tiny` -> the cached tiny model (built on first use); else a local HF causal-LM directory (relative
+    """`tiny` / `tiny-moe` -> the cached tiny model (built on first use); else a local HF causal-LM directory (relative
     to the file `beside`, then the working directory), its config and tokenizer files checked."""
     from problems.placement import hfmodel
 
-    if name == "tiny":
-        return tiny_path()
+    if name in TINY_PRESETS:
+        return tiny_path(name)
     path = hfmodel.find(name, beside)
     if path is None:
         problem = (f"model directory {name!r} not found" if hfmodel.is_path(name) else
-                   f"unknown model preset {name!r}: the trainer runs 'tiny' or a model directory")
-        raise InputError(None, "model", problem, "'tiny' or a path to a local Hugging Face causal-LM directory")
+                   f"unknown model preset {name!r}: the trainer runs 'tiny', 'tiny-moe' or a model directory")
+        raise InputError(None, "model", problem,
+                         "'tiny', 'tiny-moe' or a path to a local Hugging Face causal-LM directory")
     hfmodel.architecture(path)  # config.json of a supported architecture, a tokenizer that encodes
     return path
 

@@ -39,9 +39,55 @@ def _reload(worker, items):
     # `items` may be a generator (the broadcast receiver) only when the worker is in this process
     # (tp 1): it is then consumed bucket by bucket as vLLM's layer-wise reload asks for it. TP workers
     # are other processes and get a list; one reload call takes the whole state, because vLLM's
-    # layer-wise reload re-initialises every layer at its start.
-    worker.reload_weights(weights_iterator=iter(items))
+    # layer-wise reload re-initialises every layer at its start. A mixture-of-experts model's fused expert
+    # tensors (transformers' in-memory naming) go in as the per-expert weights of a saved checkpoint, which
+    # vLLM's loader maps onto its fused-MoE layers.
+    from trainer.expert_parallel import checkpoint_items
+
+    probes: dict = {}  # MoE layer -> its expert 0's gate_proj weight as sent (for _repack_cpu_moe)
+
+    def tap(pairs):
+        for name, t in pairs:
+            if name.endswith(".mlp.experts.0.gate_proj.weight"):
+                probes[name[: -len(".0.gate_proj.weight")]] = t.detach().clone()
+            yield name, t
+
+    worker.reload_weights(weights_iterator=tap(checkpoint_items(items)))
+    if probes:
+        _repack_cpu_moe(worker, probes)
     return True
+
+
+def _repack_cpu_moe(worker, probes: dict) -> int:
+    """vLLM 0.32's CPU fused-MoE kernel (CPUUnquantizedExperts) runs on expert weights it prepacks into
+    its grouped-gemm layout at load, but an in-place reload leaves the new weights unpacked:
+    `UnquantizedFusedMoEMethod._setup_kernel` calls the kernel's `process_weights_after_loading` (the
+    prepack) only while the MoE kernel is not yet built, i.e. at the first load. After a reload of
+    unchanged weights the MoE block's output was off by 3e-2 (max abs, tiny-moe, hidden 128) and the
+    sampled tokens' log-probs by 0.13 against transformers'. A layer whose first expert's gate rows read
+    exactly as sent is unpacked: it is packed here by that same call. Returns the layers packed. GPU and
+    zentorch kernels are left alone."""
+    import torch
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return 0
+    from vllm.distributed import get_tensor_model_parallel_rank
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    tp_rank, n = get_tensor_model_parallel_rank(), 0
+    for name, mod in worker.model_runner.model.named_modules():
+        kernel = getattr(getattr(getattr(getattr(mod, "quant_method", None), "moe_kernel", None), "impl", None),
+                         "fused_experts", None)
+        probe = next((t for prefix, t in probes.items() if name.startswith(prefix + ".") or name == prefix), None)
+        if not isinstance(kernel, CPUUnquantizedExperts) or kernel._use_zentorch or probe is None:
+            continue
+        w13 = mod.w13_weight.data
+        k = min(w13.shape[1] // 2, probe.shape[0])  # this TP rank's gate rows of expert 0
+        if torch.equal(w13[0, :k], probe[tp_rank * k:(tp_rank + 1) * k].to(w13.dtype)):
+            kernel.process_weights_after_loading(mod)
+            n += 1
+    return n
 
 
 def _pid(worker) -> int:
