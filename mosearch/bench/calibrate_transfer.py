@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from mosearch.bench import provenance
+
 REPO = Path(__file__).resolve().parents[2]
 PLANS = {  # name -> predictor_accuracy.plan_vector arguments (mode, rollout devices, train devices, log2 mb, k, log2 chunks)
     "colocated-dp1-mb32": ("colocated", 1, 0, 5, 0, 0),
@@ -116,7 +118,7 @@ def main() -> int:
     c = corr["cpu-local"]
     lines = [
         "# Calibration from one run, predicting other plans' runs (this machine)",
-        "",
+        "", provenance.line(), "",
         f"Regenerate: `python -m mosearch.bench.calibrate_transfer --profile PROFILE --steps {args.steps}` with PROFILE "
         "measured on the machine (`mosearch profile --out PROFILE`; here this machine's cached profile, measured by "
         "`mosearch train` on first use, before any run refitted it). Cluster `local` (2 cpu-local devices), workload "

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from problems.placement.predict import TrainingJob, predict_training  # noqa: E402
+from mosearch.bench import provenance  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "moe_published.csv"
 OUT = ROOT / "results" / "bench" / "moe_validation.md"
@@ -68,7 +69,7 @@ def report(res: list[dict]) -> str:
     errs = np.array([abs(x["err"]) for x in res])
     lines = [
         "# Mixtures of experts: published training iterations against the model",
-        "",
+        "", provenance.line(), "",
         "Made by `python -m mosearch.bench.moe_validation` from benchmarks/data/moe_published.csv (sources and URLs "
         "there). Predictions: `predict_training` with the catalog as shipped, nothing fitted to these rows; "
         "force-balanced rows with a router imbalance of 1. Error = predicted / measured iteration - 1.",
