@@ -12,22 +12,10 @@ from problems.placement import machine
 from problems.placement.profile import load_profile
 from problems.placement.specs import load_cluster
 
+from tests.calibration.conftest import HERE
+
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "profiles" / "local.yaml"
-HERE = {"cpu": "Test CPU 9000", "cores": 2, "threads": 1, "torch": "2.13.0+cpu", "gpu": None, "driver": None,
-        "cuda": None}
-
-
-@pytest.fixture
-def follow(tmp_path, monkeypatch):
-    """Machine-following on (the suite turns it off), this machine = HERE, the cache in tmp_path."""
-    monkeypatch.delenv(machine.ENV, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(machine, "_HERE", dict(HERE))
-    monkeypatch.setattr(machine, "_said", set())
-    machine.set_measurer(None)
-    yield tmp_path
-    machine.set_measurer(None)
 
 
 def local_cluster(tmp_path: Path, profile: Path) -> Path:

@@ -14,19 +14,15 @@ from problems.placement.predict import predict_run
 from problems.placement.problem import PlacementProblem
 from problems.placement.profile import load_profile
 
+from tests.calibration.conftest import HERE
+
 REPO = Path(__file__).resolve().parents[2]
-HERE = {"cpu": "Test CPU 9000", "cores": 2, "threads": 1, "torch": "2.13.0+cpu", "gpu": None, "driver": None,
-        "cuda": None}
 
 
 @pytest.fixture
-def setup(tmp_path, monkeypatch):
+def setup(follow):
     """A local cluster whose profile was measured on this (test) machine, and a colocated plan of it."""
-    monkeypatch.delenv(machine.ENV, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(machine, "_HERE", dict(HERE))
-    monkeypatch.setattr(machine, "_said", set())
-    machine.set_measurer(None)
+    tmp_path = follow
     data = yaml.safe_load((REPO / "profiles/local.yaml").read_text())
     data["machine"] = dict(HERE)
     profile = tmp_path / "mine.yaml"

@@ -13,13 +13,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.trainer.test_parallel import ALGO, MICRO, _batch, _port
+from tests.trainer.test_parallel import ALGO, MICRO, _batch, _port, checkpoint_round_trip
 from trainer import expert_parallel as EP
 
 
 def _rank(rank, world, port, model, ep, fault, out, one_sided=False):
-    import os
-
     torch.set_num_threads(1)
     from trainer.workers import TrainWorker
 
@@ -43,16 +41,7 @@ def _rank(rank, world, port, model, ep, fault, out, one_sided=False):
     batch = _batch()
     w.accumulate(batch[w.c.dp_idx::world], len(batch), n_micro=2, last=True)
     st = w.apply()
-    state = {k: v for b in w.iter_full_state(1 << 16) for k, v in b}
-    # checkpoint round trip of the EP layout: save, wipe the weights, load, gather again
-    os.makedirs(f"{out}/ckpt", exist_ok=True)
-    w.save(f"{out}/ckpt/state.pt")
-    with torch.no_grad():
-        for p in w.model.parameters():
-            p.zero_()
-    w.load(f"{out}/ckpt/state.pt")
-    again = {k: v for b in w.iter_full_state(1 << 20) for k, v in b}
-    assert all(torch.equal(again[k], v) for k, v in state.items())
+    state = checkpoint_round_trip(w, out)  # of the EP layout too
     torch.save((rank, st["loss"], w.params_held, state if rank == 0 else None, st["grad_norm"], w.layout_info()),
                f"{out}/rank{rank}.pt")
     w.shutdown()

@@ -13,6 +13,7 @@ dp share of the batch, takes one step and gathers the full state with `iter_full
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
@@ -37,25 +38,10 @@ def _batch(n: int = 12, vocab: int = 60, seed: int = 0) -> list[Sample]:
     return out
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank, world, port, model, dp, tp, pp, sharding, recompute, out):
-    import os
-
-    torch.set_num_threads(1)
-    from trainer.workers import TrainWorker
-
-    w = TrainWorker(model, rank, world, port, ALGO, MICRO, sharding, tp=tp, pp=pp, recompute=recompute)
-    batch = _batch()
-    c = w.c
-    w.accumulate(batch[c.dp_idx::dp], len(batch), n_micro=2, last=True)
-    st = w.apply()
+def checkpoint_round_trip(w, out: str) -> dict:
+    """The rank's full state, gathered; then a checkpoint round trip of its layout (save, wipe the weights,
+    load, gather again) that must give the same state."""
     state = {k: v for b in w.iter_full_state(1 << 16) for k, v in b}
-    # checkpoint round trip of this layout: save, wipe the weights, load, gather again
     os.makedirs(f"{out}/ckpt", exist_ok=True)
     w.save(f"{out}/ckpt/state.pt")
     with torch.no_grad():
@@ -64,6 +50,25 @@ def _rank(rank, world, port, model, dp, tp, pp, sharding, recompute, out):
     w.load(f"{out}/ckpt/state.pt")
     again = {k: v for b in w.iter_full_state(1 << 20) for k, v in b}
     assert all(torch.equal(again[k], v) for k, v in state.items())
+    return state
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, world, port, model, dp, tp, pp, sharding, recompute, out):
+    torch.set_num_threads(1)
+    from trainer.workers import TrainWorker
+
+    w = TrainWorker(model, rank, world, port, ALGO, MICRO, sharding, tp=tp, pp=pp, recompute=recompute)
+    batch = _batch()
+    c = w.c
+    w.accumulate(batch[c.dp_idx::dp], len(batch), n_micro=2, last=True)
+    st = w.apply()
+    state = checkpoint_round_trip(w, out)
     torch.save((rank, c.dp_idx, c.tp_idx, c.pp_idx, st["loss"], w.params_held, state if rank == 0 else None,
                 st["grad_norm"]),
                f"{out}/rank{rank}.pt")
