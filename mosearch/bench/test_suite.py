@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     run = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
                          capture_output=True, text=True)
     t_tests = time.perf_counter() - t1
-    sys.stdout.write(run.stdout[-3000:])
+    sys.stdout.write(run.stdout)  # every failure, as pytest -q reports it
     closing = next((ln.strip("= ") for ln in reversed(run.stdout.splitlines()) if re.search(r"\d+ (passed|failed)", ln)),
                    "no closing line")
     text = "\n".join([

@@ -97,7 +97,8 @@ def test_colocated_ddp_two_ranks(ray_local, plan_file, tmp_path):
     assert lay.pop("weight_sync")["path"] == "broadcast"
     assert lay.pop("rendezvous") == "127.0.0.1"  # a local Ray: the ranks meet on loopback
     assert lay == {"engines": 2, "dp": 2, "tp": 1, "pp": 1, "sharding": "none", "stages": [2], "emulated": False, "device": "cpu",
-                   "precision": "fp32", "notes": [], "params_per_rank": [lay["params_per_rank"][0]] * 2, "engine_tp": [1, 1]}
+                   "precision": "fp32", "notes": [], "params_per_rank": [lay["params_per_rank"][0]] * 2, "engine_tp": [1, 1],
+                   "ep": 1, "experts": 0}  # a dense model: no expert parallelism
     assert sorted((p["role"], p["index"]) for p in placed) == [("engine", 0), ("engine", 1), ("rank", 0), ("rank", 1)]
     assert all(r["time"]["switch"] > 0 for r in rows) and all("value_loss" in r for r in rows)
     assert all(r["behav_abs_diff_mean"] < 1e-3 for r in rows)  # both ranks stayed in sync with the engines
