@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from problems.placement import PlacementProblem  # noqa: E402
 
 CASES = [("local", "tiny-grpo"), ("mixed-8", "qwen2.5-7b-grpo"), ("mixed-64", "qwen2.5-7b-grpo"),
-         ("h100-64", "qwen2.5-32b-grpo"), ("hetero-1024", "llama3.1-70b-ppo")]
+         ("mixed-64", "qwen3-30b-a3b-grpo"), ("h100-64", "qwen2.5-32b-grpo"), ("hetero-1024", "llama3.1-70b-ppo")]
 
 
 def best_of(fn, repeats=5):
