@@ -16,7 +16,6 @@ of the CSV, the same for every row, and listed per row.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mosearch.bench import provenance  # noqa: E402
 from mosearch.bench.rl_rows import (GEN_DATA, RL_DATA, build_problem, generation_context, load,  # noqa: E402,F401
                                     load_generation, load_steps, predict_generation, predict_step, published,
                                     row_pairs)
@@ -65,13 +65,6 @@ def trainer_on_gpu() -> dict[str, list[float]] | None:
     errs = [GT.errors(r, p) for f in GPU_TRAIN_FILES if f.exists() for r, p in GT.predicted(GT.read(f))
             if r["status"] == "ok"]
     return {k: [e[k] for e in errs] for k in ("step", "alloc", "reserved")} if errs else None
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
 
 
 def _pairs_of(rows: list[dict], pred: dict) -> list[tuple]:
@@ -254,17 +247,7 @@ def main(argv=None) -> int:
     for rid, m, p in tm["memory"]:
         lines.append(f"| {rid} | {m:.1f} | {p['allocated']:.1f} | {pct(p['allocated'] / m - 1)} | {p['reserved']:.1f} | "
                      f"{pct(p['reserved'] / m - 1)} |")
-    import subprocess
-    import platform
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _cpuinfo() if ln.startswith("model name")), platform.machine())
-    lines += ["", f"Commit {commit}; machine: {cpu}, {os.cpu_count()} CPUs (the figures are model outputs, not "
-              "timings)."]
+    lines += ["", provenance.line() + " The figures are model outputs, not timings."]
     text = "\n".join(lines) + "\n" + NOTES
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     from problems.atomic import atomic_write_text
