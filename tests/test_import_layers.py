@@ -1,5 +1,5 @@
 """The package's imports stay one-way: no module imports, even lazily inside a function, a module
-that imports it back (issue: calibration <-> specs was such a cycle)."""
+that imports it back (calibration <-> specs was once such a cycle)."""
 
 import ast
 from pathlib import Path
