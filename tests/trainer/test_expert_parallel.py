@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from tests.trainer.test_parallel import ALGO, MICRO, _batch, _port, checkpoint_round_trip
+from tests.trainer.test_parallel import ALGO, MICRO, _batch, _port, checkpoint_round_trip, spawn_ranks
 from trainer import expert_parallel as EP
 
 
@@ -48,20 +47,8 @@ def _rank(rank, world, port, model, ep, fault, out, one_sided=False):
 
 
 def run_ep(model: str, world: int, ep: int, out, fault: str | None = None, one_sided: bool = False) -> dict:
-    ctx = mp.get_context("spawn")
-    port = _port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model, ep, fault, str(out), one_sided))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(600)
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.exitcode is None:
-            p.kill()
-    assert codes == [0] * world, codes
-    got = sorted(torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world))
+    got = spawn_ranks(_rank, world, lambda r, port: (r, world, port, model, ep, fault, str(out), one_sided), out,
+                      weights_only=False)
     return {"loss": [g[1] for g in got], "params": [g[2] for g in got], "state": got[0][3],
             "grad_norm": [g[4] for g in got], "info": [g[5] for g in got]}
 

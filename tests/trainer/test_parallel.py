@@ -75,11 +75,12 @@ def _rank(rank, world, port, model, dp, tp, pp, sharding, recompute, out):
     w.shutdown()
 
 
-def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out, recompute: bool = False) -> dict:
-    world = dp * tp * pp
+def spawn_ranks(target, world: int, args, out, weights_only: bool = True) -> list:
+    """Run `target(*args(rank, port))` in `world` spawned processes sharing one rendezvous port; every rank
+    must exit 0. Returns the ranks' `out/rank{r}.pt` results, sorted."""
     ctx = mp.get_context("spawn")
     port = _port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model, dp, tp, pp, sharding, recompute, str(out))) for r in range(world)]
+    procs = [ctx.Process(target=target, args=args(r, port)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
@@ -89,7 +90,13 @@ def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out, recomp
         if p.exitcode is None:
             p.kill()
     assert codes == [0] * world, codes
-    got = sorted(torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(world))
+    return sorted(torch.load(out / f"rank{r}.pt", weights_only=weights_only) for r in range(world))
+
+
+def run_layout(model: str, dp: int, tp: int, pp: int, sharding: str, out, recompute: bool = False) -> dict:
+    world = dp * tp * pp
+    got = spawn_ranks(_rank, world, lambda r, port: (r, world, port, model, dp, tp, pp, sharding, recompute, str(out)),
+                      out)
     # every rank reports the global batch's loss (its replica's share summed over dp; pp: the last stage's)
     return {"loss": [g[4] for g in got], "params": [g[5] for g in got], "state": got[0][6], "grad_norm": [g[7] for g in got]}
 
