@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from mosearch.bench import provenance
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,33 +86,35 @@ def main() -> int:
         f = runs / name / "load.json"
         loads[name] = json.loads(f.read_text()) if f.is_file() else None
 
-    # calibrate on the first plan's run, on a copy of the cluster (the calibration file lands beside it)
-    first = next(iter(PLANS))
-    work = runs / "cluster"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    cluster = work / "local.yaml"
-    text = (REPO / "problems/clusters/local.yaml").read_text().replace("../../profiles/local.yaml", str(profile))
-    cluster.write_text(text)
-    mosearch("calibrate", "--cluster", str(cluster), "--from", "mosearch", "--log", str(runs / first),
-             "--plan", str(runs / f"{first}.yaml"), env=env, log=log)
-
     import yaml
 
     from mosearch.calibrate_logs import phases
     from mosearch.commands.calibrate import _predictor, describe
 
-    cal = yaml.safe_load((work / "local.calibration.yaml").read_text())
-    corr = cal["gpu_types"]
-    rows = []
+    def calibrate_on(name: str) -> tuple[dict, Path]:
+        """`mosearch calibrate` on one plan's run, on a copy of the cluster (its calibration file lands beside it)."""
+        work = runs / f"cluster-{name}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        cluster = work / "local.yaml"
+        text = (REPO / "problems/clusters/local.yaml").read_text().replace("../../profiles/local.yaml", str(profile))
+        cluster.write_text(text)
+        mosearch("calibrate", "--cluster", str(cluster), "--from", "mosearch", "--log", str(runs / name),
+                 "--plan", str(runs / f"{name}.yaml"), env=env, log=log)
+        return yaml.safe_load((work / "local.calibration.yaml").read_text())["gpu_types"], cluster
+
+    measured, predictors = {}, {}
+    first = next(iter(PLANS))
+    corrs = {}
     for name in PLANS:
+        corrs[name], cluster = calibrate_on(name)
         run = {"source": "mosearch", "log": str(runs / name), "plan": str(runs / f"{name}.yaml")}
         meas, _, _ = phases("mosearch", run["log"])
         summary = json.loads((runs / name / "summary.json").read_text())
         meas["throughput_samples_s"] = summary["run"]["prompts_per_step"] * summary["run"]["group_size"] / meas["step_s"]
-        predict = _predictor(run, str(cluster))
-        before, after = predict({}), predict(corr)
-        rows.append((name, meas, before, after))
+        measured[name], predictors[name] = meas, _predictor(run, str(cluster))
+    corr = corrs[first]
+    rows = [(name, measured[name], predictors[name]({}), predictors[name](corr)) for name in PLANS]
 
     def err(p, m):
         return f"{(p / m - 1) * 100:+.0f}%"
@@ -145,6 +149,31 @@ def main() -> int:
     lines += ["", "Held-out plans, absolute error of the step time before -> after: "
               + "; ".join(f"{n} {abs(b['step_s'] / m['step_s'] - 1) * 100:.0f}% -> "
                           f"{abs(a['step_s'] / m['step_s'] - 1) * 100:.0f}%" for n, m, b, a in held) + "."]
+    # every direction: calibrated on one plan's run, each other plan predicted before and after
+    def abs_err(p, m):
+        return abs(p / m - 1) * 100
+
+    lines += ["", "## Every direction", "",
+              "Calibrated on each plan's run in turn, the other two predicted. Phases: mean absolute error over "
+              "rollout, training and sync.", "",
+              "| calibrated on | predicted | step before | step after | phases before | phases after |",
+              "|---|---|---:|---:|---:|---:|"]
+    steps_b, steps_a, ph_b, ph_a = [], [], [], []
+    for on in PLANS:
+        for name in PLANS:
+            if name == on:
+                continue
+            m, b, a = measured[name], predictors[name]({}), predictors[name](corrs[on])
+            ks = [k for k in ("rollout_s", "train_s", "sync_s") if m.get(k, 0) > 0]
+            sb, sa = abs_err(b["step_s"], m["step_s"]), abs_err(a["step_s"], m["step_s"])
+            pb = sum(abs_err(b[k], m[k]) for k in ks) / len(ks)
+            pa = sum(abs_err(a[k], m[k]) for k in ks) / len(ks)
+            steps_b.append(sb), steps_a.append(sa), ph_b.append(pb), ph_a.append(pa)
+            lines.append(f"| {on} | {name} | {sb:.0f}% | {sa:.0f}% | {pb:.0f}% | {pa:.0f}% |")
+    lines += ["", f"Over the {len(steps_b)} directions, median step error {np.median(steps_b):.0f}% -> "
+              f"{np.median(steps_a):.0f}%, median phase error {np.median(ph_b):.0f}% -> {np.median(ph_a):.0f}%; "
+              f"better after in {sum(a < b for a, b in zip(steps_a, steps_b))} of {len(steps_b)} by the step, "
+              f"{sum(a < b for a, b in zip(ph_a, ph_b))} of {len(ph_b)} by the phases."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

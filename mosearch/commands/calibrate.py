@@ -23,7 +23,7 @@ import yaml
 from problems.errors import InputError
 
 SOURCES = ("verl", "areal", "rlinf", "mosearch")
-FITTED_PHASES = ("rollout_s", "train_s", "sync_s")
+FITTED_PHASES = ("rollout_s", "train_s", "sync_s", "switch_s", "step_s")
 REPORTED = ("rollout_s", "train_s", "sync_s", "step_s")
 RIDGE = 0.05  # pull toward no correction: with one run per phase the smallest change that fits it
 
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster", required=True, help="the cluster the runs ran on")
     p.add_argument("--from", dest="source", required=True, choices=SOURCES, help="what wrote the logs")
     p.add_argument("--log", action="append", required=True,
-                   help="a run's log: console output, JSONL, a TensorBoard directory, or this trainer's run "
+                   help="a run's log: console output, JSONL, a TensorBoard directory, a wandb offline run (its directory or run-*.wandb), or this trainer's run "
                         "directory (repeat for several runs of the same config)")
     p.add_argument("--plan", help="the plan file that ran (this trainer's runs; any source)")
     p.add_argument("--config", help="the verl / AReaL config that ran (read as `mosearch import` reads it)")
@@ -114,7 +114,7 @@ def fit(runs: list[dict], cluster_path: str) -> tuple[dict, list[dict]]:
     preds = [_predictor(r, cluster_path) for r in runs]
     types = sorted({g for r in runs for g in r["gpus"]})
     n = len(FACTORS) + len(ADDED)
-    scale = {p: max(float(np.mean([r["measured"][p] for r in runs if p in r["measured"]] or [1.0])), 1e-6)
+    scale = {p: max(float(np.mean([r["measured"][p] for r in runs if r["measured"].get(p, 0.0) > 0] or [1.0])), 1e-6)
              for p in FITTED_PHASES}
 
     def corrections(x) -> dict:
@@ -130,7 +130,7 @@ def fit(runs: list[dict], cluster_path: str) -> tuple[dict, list[dict]]:
         res = []
         for r, predict in zip(runs, preds):
             p = predict({g: corr[g] for g in r["gpus"]})
-            res += [p[k] / r["measured"][k] - 1 for k in FITTED_PHASES if k in r["measured"]]
+            res += [p[k] / r["measured"][k] - 1 for k in FITTED_PHASES if r["measured"].get(k, 0.0) > 0]
         return np.array(res + list(RIDGE * x))
 
     lo = np.tile([-np.log(FACTOR_BOUND)] * len(FACTORS) + [-1.0] * len(ADDED), len(types))
@@ -149,7 +149,9 @@ def fit(runs: list[dict], cluster_path: str) -> tuple[dict, list[dict]]:
 
 def describe(c: dict) -> str:
     return (f"decode_eff x{c['decode_eff']:.3g}, mfu x{c['mfu']:.3g}, sync time x{c['sync']:.3g}, rollout host work "
-            f"x{c['rollout_host']:.3g}, {c['train_call_s'] * 1e3:+.3g} ms per training step")
+            f"x{c['rollout_host']:.3g}, {c['train_call_s'] * 1e3:+.3g} ms per training step, "
+            f"{c.get('switch_call_s', 0.0) * 1e3:+.3g} ms per colocated switch, "
+            f"{c.get('step_call_s', 0.0) * 1e3:+.3g} ms per step beyond its phases")
 
 
 def _error(pred: float, meas: float | None) -> str:

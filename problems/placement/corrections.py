@@ -5,13 +5,18 @@ efficiencies), so the parameters themselves can change underneath without this l
 small, physically meaningful set, each bounded:
 
 - `decode_eff`: factor on the engines' achieved share of memory bandwidth in decode (the result kept <= 1)
-- `mfu`: factor on the training matmuls' achieved share of peak (and flash attention's), kept <= 1
+- `mfu`: factor on the training matmuls' achieved rate (and flash attention's). Not capped at 1: a
+  profiled device's peak is its matmul grid's best, and its training steps can beat that rate (its
+  profile's mfu then sits at 1 already), so a cap would leave a training phase predicted too slow as it is
 - `sync`: factor on the time of a weight sync beyond the route's links (packing, the engines' reload,
   their fixed cost: the profile's sync figures; a type without them has none to scale)
 - `rollout_host`: factor on the rollout's host work: the orchestration per rollout call and per sample
   (`rollout_call_s`, `rollout_sample_s`), the engine's per decode step and per running sequence
   (`decode_step_s`, `decode_seq_s`): what a faster or slower host, or another executor, changes
 - `train_call_s`: seconds added per training step (its fixed cost: batch handling, logging, barriers)
+- `switch_call_s`: seconds added to a colocated step's context switch (the engines' sleep and wake calls)
+- `step_call_s`: seconds added per step outside the logged phases (the driver's rewards, advantages and
+  metrics: what a run's step time holds beyond its rollout, training and sync)
 
 Factors within [1/FACTOR_BOUND, FACTOR_BOUND]; added seconds within +-(the phase's mean measured time),
 negative where the model's own fixed cost is too high (the sum is kept >= 0).
@@ -28,11 +33,11 @@ from problems.specio import load_model
 
 FACTOR_BOUND = 4.0
 FACTORS = ("decode_eff", "mfu", "sync", "rollout_host")
-ADDED = ("train_call_s",)
+ADDED = ("train_call_s", "switch_call_s", "step_call_s")
 HOST_TERMS = ("rollout_call_s", "rollout_sample_s", "decode_step_s", "decode_seq_s")
 # the phase each correction acts on (what the fit and the report set it against)
 PHASE_OF = {"decode_eff": "rollout_s", "rollout_host": "rollout_s", "mfu": "train_s", "train_call_s": "train_s",
-            "sync": "sync_s"}
+            "sync": "sync_s", "switch_call_s": "switch_s", "step_call_s": "step_s"}
 
 
 class Correction(BaseModel):
@@ -42,6 +47,8 @@ class Correction(BaseModel):
     sync: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     rollout_host: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     train_call_s: float = 0.0
+    switch_call_s: float = 0.0
+    step_call_s: float = 0.0
 
 
 class Calibration(BaseModel):
@@ -63,10 +70,10 @@ def apply(row: dict, corr: dict | None) -> dict:
         return row
     out = dict(row)
     out["decode_eff"] = min(1.0, out["decode_eff"] * corr.get("decode_eff", 1.0))
-    f = corr.get("mfu", 1.0)
-    out["mfu"] = min(1.0, out["mfu"] * f)
+    f = corr.get("mfu", 1.0)  # a rate factor, uncapped (module doc)
+    out["mfu"] = out["mfu"] * f
     if out.get("attn_eff"):
-        out["attn_eff"] = min(1.0, out["attn_eff"] * f)
+        out["attn_eff"] = out["attn_eff"] * f
     g = corr.get("sync", 1.0)  # time x g: rates / g, fixed cost x g
     out["sync_load_gbs"] = out.get("sync_load_gbs", 0.0) / g
     out["sync_send_gbs"] = out.get("sync_send_gbs", 0.0) / g
@@ -85,6 +92,23 @@ def layout_features(plan) -> dict:
     return {"mode": plan.execution.mode, "gpus": sorted({p.gpu for p in plan.pools if p.used_gpus}),
             "engines": plan.rollout_engines, "ranks": t.dp * t.tp * t.pp, "tp": t.tp, "pp": t.pp,
             "sharding": t.sharding}
+
+
+def calibrated_layouts(cluster_path: str | Path | None) -> list[dict]:
+    """The layout_features of the runs the cluster's calibration was fitted on ([] when it has none, or the
+    cluster file cannot be read: nothing to compare against)."""
+    from problems.errors import InputError
+    from problems.placement.specs import load_cluster
+
+    if not cluster_path:
+        return []
+    try:
+        cluster = load_cluster(str(cluster_path))
+        if not cluster.calibration:
+            return []
+        return [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
+    except (InputError, OSError):
+        return []
 
 
 def extrapolation(plan, measured: list[dict]) -> str | None:

@@ -78,11 +78,12 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     moved = states * ctx.steps.states_offloaded + ctx.steps.param_phases * mem["weights"] / 2.0
     sw = pmax(np.where(shared, switch_s(moved[:, None], bytes_w / f["rollout_tp"], e["host_gbs"] * 1e9,
                                    ctx.host_memory), 0.0))
-    sw = np.where(colo, sw, 0.0)
+    sw = np.where(colo, sw + e["switch_call_s"].max(), 0.0)
 
     # ---- flow
     step, staleness = compose(mode, k, chunks, ro["rollout_s"], ro["rollout_bulk_s"], ro["rollout_tail_s"],
                               tr["train_s"], sync, sw)
+    step = step + e["step_call_s"].max()
     samples_s = ctx.samples / step
     tokens_s = samples_s * (ctx.prompt_len + ctx.resp_mean)
 

@@ -60,6 +60,14 @@ DEFAULTS = {
     # step (worker round trips, batch assembly): fitted from measured trainer runs by calibration
     "rollout_call_s": 0.0,
     "train_call_s": 0.0,
+    # the driver's time per step outside the phases a run logs (rollout, training, sync): the rewards and
+    # advantages, the step's metrics and bookkeeping; on the step's critical path in every mode. 0 by
+    # default: `mosearch calibrate` fits it from a run's step time beyond its phases
+    "step_call_s": 0.0,
+    # fixed time of a colocated step's context switch beyond the bytes it moves (the engine's sleep and
+    # wake calls, the trainer's hand-over): 0 by default (an executor's own switch work is in
+    # model/executor_costs.py); `mosearch calibrate` fits it from a run's logged switch time
+    "switch_call_s": 0.0,
     # orchestration time per generated sample on its engine (the engine's per-request work, the
     # outputs' trip to the driver, reward scoring): engines work on their shares at once; fitted
     # with rollout_call_s from measured runs by calibration, 0 by default
