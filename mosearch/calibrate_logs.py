@@ -10,6 +10,11 @@ trainer's metrics.jsonl `time` object) and the formats they are written in:
   logger JSONL (`{"step": 3, "data": {...}}`), or plain JSONL of flat metric dicts;
 - AReaL's console table (`tabulate_stats`: "Train step 3/100 done." then a grid of name | value cells);
 - a TensorBoard event directory (any of the three: their scalars under the same names);
+- a Weights & Biases offline run (`wandb/offline-run-*/run-*.wandb`, what `wandb.init(mode="offline")` writes,
+  verl's and AReaL's `wandb` logger without a network): its history records, read from the file's
+  framing (the LevelDB log format: 32 KiB blocks of records, each a 7-byte header of CRC-32, length and
+  kind, a record split across blocks as first / middle / last pieces; the file opens with `:W&B`, 0xBEE1
+  and a version byte) and the installed wandb package's protobuf `Record`;
 - this trainer's metrics.jsonl.
 
 Each phase is the sum of the named timings present per step; the first step (warm-up, compilation) is
@@ -45,7 +50,7 @@ PHASES = {
               "sync_s": (["time/sync_weights"], False),
               "step_s": (["time/step"], True)},
     "mosearch": {"rollout_s": (["rollout"], True), "train_s": (["train"], True), "sync_s": (["weight_sync"], False),
-                 "step_s": (["wall"], True)},
+                 "switch_s": (["switch"], False), "step_s": (["wall"], True)},
 }
 # lengths the logs give (verl's data metrics), to predict for what ran
 LENGTHS = {"prompt_len": "prompt_length/mean", "response_mean": "response_length/mean",
@@ -126,14 +131,88 @@ def _tensorboard(path: Path) -> list[dict]:
     return [steps[s] for s in sorted(steps)]
 
 
+WANDB_HEAD = b":W&B"
+_WANDB_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def _wandb_records(path: Path):
+    """The serialised records of a .wandb file (module doc); a piece whose CRC-32 does not match (a run still
+    being written, a damaged file) ends the read."""
+    import zlib
+
+    data = path.read_bytes()
+    if data[:4] != WANDB_HEAD:
+        raise InputError(str(path), None, "not a wandb offline run file (no :W&B header)",
+                         "the run-*.wandb file of a `wandb offline` run")
+    pos, parts = 7, b""
+    while pos + 7 <= len(data):
+        room = _WANDB_BLOCK - pos % _WANDB_BLOCK
+        if room < 7:  # a block's tail too short for a header is padding
+            pos += room
+            continue
+        crc = int.from_bytes(data[pos:pos + 4], "little")
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        body = data[pos + 7:pos + 7 + length]
+        if kind == 0 or len(body) < length or zlib.crc32(body, zlib.crc32(bytes([kind]))) != crc:
+            return
+        pos += 7 + length
+        if kind == _FULL:
+            yield body
+        elif kind == _FIRST:
+            parts = body
+        elif kind == _MIDDLE:
+            parts += body
+        elif kind == _LAST:
+            yield parts + body
+
+
+def _wandb_value(item):
+    if item.value_json:
+        try:
+            v = json.loads(item.value_json)
+        except json.JSONDecodeError:
+            return None
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return None
+
+
+def _wandb(path: Path) -> list[dict]:
+    from wandb.proto import wandb_internal_pb2
+
+    files = [path] if path.is_file() else sorted(path.rglob("run-*.wandb"))
+    rows = []
+    for f in files:
+        for raw in _wandb_records(f):
+            rec = wandb_internal_pb2.Record()
+            try:
+                rec.ParseFromString(raw)
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError: a record of another wandb version
+                continue
+            if not rec.HasField("history"):
+                continue
+            row = {"step": rec.history.step.num}
+            for item in rec.history.item:
+                key = item.key or "/".join(item.nested_key)
+                v = _wandb_value(item)
+                if v is not None and math.isfinite(v):
+                    row[key] = v
+            rows.append(row)
+    return rows
+
+
 def read_rows(path: str | Path) -> list[dict]:
     """Per-step metric dicts from a log file or a TensorBoard directory."""
     p = Path(path)
     if not p.exists():
-        raise InputError(str(p), None, "not found", "a run's log (console output, JSONL, TensorBoard directory)")
+        raise InputError(str(p), None, "not found", "a run's log (console output, JSONL, TensorBoard directory, wandb offline run)")
+    if p.suffix == ".wandb":
+        return _wandb(p)
     if p.is_dir():
         if (p / "metrics.jsonl").is_file():
             return _jsonl((p / "metrics.jsonl").read_text())
+        if next(p.rglob("run-*.wandb"), None) is not None:
+            return _wandb(p)
         return _tensorboard(p)
     text = p.read_text(errors="replace")
     for reader in (_jsonl, _console_verl, _console_areal):

@@ -4,6 +4,7 @@ documented formats) and this trainer's runs; corrections fitted, written beside 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from mosearch.calibrate_logs import phases
+from problems.errors import InputError
 from mosearch.cli import main
 from problems.placement.predict import predict_run
 from problems.placement.problem import PlacementProblem
@@ -85,6 +87,34 @@ def test_rlinf_tensorboard_directory(tmp_path):
     got, _, steps = phases("rlinf", tmp_path / "tb")
     assert steps == 3 and got["rollout_s"] == pytest.approx(11.0) and got["train_s"] == pytest.approx(8.0)
     assert got["step_s"] == pytest.approx(20.0)
+
+
+def test_verl_wandb_offline_run(tmp_path):
+    """An offline run written by the wandb package itself (verl's `wandb` logger without a network), long enough
+    that records cross the file's 32 KiB blocks (first / middle / last pieces)."""
+    import wandb
+
+    run = wandb.init(project="verl", dir=str(tmp_path), mode="offline",
+                     settings=wandb.Settings(console="off", silent=True))
+    pad = {f"actor/extra_{i}": float(i) for i in range(60)}  # verl logs ~100 metrics a step
+    for s in range(1, 301):
+        gen = 30.0 if s == 1 else 10.0 + (s % 3)
+        run.log({"timing_s/gen": gen, "timing_s/old_log_prob": 2.0, "timing_s/update_actor": 6.0,
+                 "timing_s/update_weights": 0.5, "timing_s/step": gen + 9.0, "response_length/mean": 400.0,
+                 **pad, "note": "text is skipped"}, step=s)
+    run.finish()
+    files = list(tmp_path.rglob("run-*.wandb"))
+    assert len(files) == 1 and files[0].stat().st_size > 2 * 32768
+    got, lengths, steps = phases("verl", tmp_path / "wandb")
+    assert steps == 300
+    assert got == {"rollout_s": pytest.approx(11.0), "train_s": pytest.approx(8.0), "sync_s": pytest.approx(0.5),
+                   "step_s": pytest.approx(20.0)}
+    assert lengths["response_mean"] == pytest.approx(400.0)
+    assert phases("verl", files[0])[2] == 300  # the file itself
+    bad = tmp_path / "run-x.wandb"
+    bad.write_bytes(b"not a wandb file")
+    with pytest.raises(InputError, match="no :W&B header"):
+        phases("verl", bad)
 
 
 def test_log_without_timings_and_missing_phase_are_one_line(tmp_path, capsys, local_plan):
@@ -167,11 +197,17 @@ def test_calibrate_on_this_trainers_run_moves_predictions_to_the_measurement(tmp
     loaded = load_cluster(cluster)
     assert loaded.calibration == str(cal_file) and loaded.corrections["cpu-local"]["mfu"] == pytest.approx(c["mfu"])
     code = main(["plan", "--cluster", str(cluster), "--workload", str(REPO / "problems/workloads/tiny-grpo.yaml"),
-                 "--out", str(tmp_path / "front"), "--evals", "200", "--quiet", "--no-report"])
+                 "--out", str(tmp_path / "front"), "--evals", "200", "--quiet"])
     got = capsys.readouterr()
     assert code == 0 and "calibrated: predictions use" in got.err
-    # the front holds plans of other modes than the one calibrated run: they are marked
+    # the front holds plans of other modes than the one calibrated run: they are marked, in the report too
     assert "extrapolated:" in got.out and "of the front are far from the 1 calibrated run(s)" in got.out
+    far = got.out.split("run(s) (another mode, layout or GPU type, or over 2x their engines or ranks): ")[1].split(";")[0]
+    page = (tmp_path / "front" / "report.html").read_text()
+    plans = json.loads(re.search(r"const PLANS = (\[.*?\]);\n", page, re.S).group(1))
+    marks = {p["plan_id"] for p in plans if (p["extrapolated"] or "").startswith("extrapolated: far from")}
+    listed = {p.strip(" .") for p in far.split(",")}
+    assert marks and (marks <= listed or "..." in listed)
 
 
 def test_calibration_of_another_cluster_is_refused(tmp_path):
