@@ -375,9 +375,3 @@ def why(F: np.ndarray, choice: Choice, limits: Limits, res: np.ndarray = RESOLUT
                 f"{usd_per_1k(f[None])[0]:.3g} $/1k samples, the plan farthest on the good side of the line from the "
                 f"fastest plan to the cheapest per sample)")
     return f"best achievement of the given weights among {n}{within_}"
-
-
-def tied_within_bands(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
-    """Whether two plans' throughput bands (lo, hi samples/s: the model's held-out error) overlap: the model
-    cannot tell which of the two is faster."""
-    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]

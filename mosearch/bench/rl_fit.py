@@ -203,7 +203,34 @@ def bands(rows: list[dict], held: dict, models: dict) -> dict:
     for k, v in groups.items():
         if len(v) >= 3:
             out[k] = [float(np.percentile(v, 10)), float(np.percentile(v, 90)), len(v)]
+    out["same_hardware"] = pair_band(rows, held, models, same_gpu=True)
+    out["other_hardware"] = pair_band(rows, held, models, same_gpu=False)
     return out
+
+
+def pair_band(rows: list[dict], held: dict, models: dict, same_gpu: bool) -> list:
+    """[q10, q90, n] of the log ratio errors of the training set's pairs (two runs of one source) on one GPU type
+    (`same_gpu`) or on two, each predicted with its source left out: log((pred b / pred a) / (measured b / a)).
+    Two plans share part of their error (the executor's terms, the lengths), so their ratio is known to this
+    band, not to the sum of their own bands (mosearch pick's tie test, model/fitted.py `tied`)."""
+    from mosearch.bench.rl_rows import row_pairs
+
+    train = {r["id"]: r for r in training_rows(rows) if r.get("kind") != "generation"}
+    by_pair: dict[str, dict] = {}
+    for r in train.values():
+        for name, role in row_pairs(r):
+            by_pair.setdefault(name, {})[role] = r
+    errs = []
+    for p in by_pair.values():
+        a, b = p.get("a"), p.get("b")
+        if a is None or b is None or (models[a["id"]].gpu_name == models[b["id"]].gpu_name) != same_gpu:
+            continue
+        pred = held[b["id"]] / held[a["id"]]
+        meas = float(b["step_s"]) / float(a["step_s"])
+        errs.append(float(np.log(pred / meas)))
+    if not errs:
+        return [0.0, 0.0, 0]
+    return [float(np.percentile(errs, 10)), float(np.percentile(errs, 90)), len(errs)]
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mosearch import decide
 from mosearch.decide import Limits
-from mosearch.report.terminal import BAND_NOTE, band_text, console, front_table, plan_tables, throughput_band
+from mosearch.report.terminal import BAND_NOTE, band_text, console, front_table, plan_tables, tie_test
 from mosearch.results import load_run, objective_matrix
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
@@ -37,9 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resolution", metavar="throughput=..,cost=..,memory=..,staleness=..",
                    help="differences counted as ties (default: the run's, else throughput and cost 5%%, "
                         "memory 0.15, staleness 1)")
-    p.add_argument("--prefer-when-tied", action="store_true",
-                   help="where the chosen plan's samples/s band (the model's held-out error) overlaps a neighbour's, "
-                        "take the cheaper neighbour, else the less stale one, if it meets the limits")
+    p.add_argument("--keep-when-tied", action="store_true",
+                   help="keep the plan the rule chose where the model cannot tell it from a cheaper or less stale "
+                        "neighbour (by default pick takes that neighbour, and says why)")
     p.add_argument("--out", help="plan file to write (default RUN/plan.yaml)")
     p.set_defaults(func=run)
 
@@ -60,39 +60,38 @@ def _step(plan, chosen, what: str) -> str:
             f"({dt:+.0%} samples/s, {dc:+.0%} $/h)")
 
 
-def _settle_ties(con, plan, front, faster, cheaper, limits, res, prefer: bool):
-    """Print the chosen plan's samples/s band; where a neighbour's band overlaps it (the model cannot tell
-    which is faster), prefer the cheaper neighbour, else a neighbour as fast within the bands that is less
-    stale, if it meets the limits (with --prefer-when-tied; else it says which it would take). Returns (plan, faster, cheaper) after any such move."""
-    band = throughput_band(plan)
+def _settle_ties(con, plan, front, faster, cheaper, limits, res, keep: bool):
+    """Print the chosen plan's samples/s band. Where the model cannot tell it from a neighbour (the same
+    executor and GPU generations: their ratio within the published same-hardware pairs' error; else their
+    bands overlap), take the cheaper neighbour, else one as fast within that error and less stale, if it
+    meets the limits, and say why (with --keep-when-tied only say so). Returns (plan, faster, cheaper)."""
     con.print(f"Predicted {plan.predicted['throughput_samples_s']:.3g} samples/s, band {band_text(plan)} "
               f"({BAND_NOTE}).")
     for i, what in ((cheaper, "cheaper"), (faster, "less stale")):
         if i is None:
             continue
         other = front[i]
-        if not decide.tied_within_bands(band, throughput_band(other)):
+        tie, test = tie_test(plan, other)
+        if not tie:
             continue
         ok = bool(decide.within(objective_matrix([other]), limits)[0])
         fo = other.predicted
         better = (fo["cost_usd_h"] < plan.predicted["cost_usd_h"] if what == "cheaper"
                   else fo.get("staleness", 0.0) < plan.predicted.get("staleness", 0.0)
                   and fo["cost_usd_h"] <= plan.predicted["cost_usd_h"] * (1.0 + res[1]))
-        if ok and better and not prefer:
-            con.print(f"[yellow]{plan.plan_id} and {other.plan_id} are tied within the bands[/] ({band_text(plan)} "
-                      f"against {band_text(other)} samples/s): {other.plan_id} is the {what} "
-                      f"({fo['cost_usd_h']:.4g} $/h, staleness {fo.get('staleness', 0.0):.2g}); --prefer-when-tied "
-                      "takes it.")
+        head = (f"[yellow]{plan.plan_id} and {other.plan_id} are tied[/] ({test}; "
+                f"{plan.predicted['throughput_samples_s']:.3g} against {fo['throughput_samples_s']:.3g} samples/s)")
+        if ok and better and keep:
+            con.print(f"{head}: {other.plan_id} is the {what} ({fo['cost_usd_h']:.4g} $/h, staleness "
+                      f"{fo.get('staleness', 0.0):.2g}); keeping {plan.plan_id} as --keep-when-tied asks.")
             continue
         if ok and better:
-            con.print(f"[yellow]{plan.plan_id} and {other.plan_id} are tied within the bands[/] "
-                      f"({band_text(plan)} against {band_text(other)} samples/s): taking {other.plan_id}, the "
-                      f"{what} ({fo['cost_usd_h']:.4g} $/h, staleness {fo.get('staleness', 0.0):.2g}), since the "
-                      "model cannot tell which is faster.")
+            con.print(f"{head}: taking {other.plan_id}, the {what} ({fo['cost_usd_h']:.4g} $/h, staleness "
+                      f"{fo.get('staleness', 0.0):.2g}), since the model cannot tell which is faster "
+                      "(--keep-when-tied keeps the first choice).")
             fr = decide.neighbours(objective_matrix(front), objective_matrix([other])[0], res)
             return other, fr[0], fr[1]
-        con.print(f"{plan.plan_id} and {other.plan_id} are tied within the bands ({band_text(plan)} against "
-                  f"{band_text(other)} samples/s); keeping {plan.plan_id}: {other.plan_id} is "
+        con.print(f"{head}; keeping {plan.plan_id}: {other.plan_id} is "
                   + ("outside the limits." if not ok else f"not {what}."))
     return plan, faster, cheaper
 
@@ -122,7 +121,7 @@ def run(args) -> int:
     front = [p for p, ok in zip(run_.plans, decide.within(run_.F, Limits(max_staleness=args.max_staleness,
                                                                          max_mem_frac=args.max_mem_frac))) if ok]
     faster, cheaper = decide.neighbours(objective_matrix(front), F[choice.index], res)
-    plan, faster, cheaper = _settle_ties(con, plan, front, faster, cheaper, limits, res, args.prefer_when_tied)
+    plan, faster, cheaper = _settle_ties(con, plan, front, faster, cheaper, limits, res, args.keep_when_tied)
     near = [_step(front[i], plan, "a little faster") for i in (faster,) if i is not None]
     near += [_step(front[i], plan, "a little cheaper") for i in (cheaper,) if i is not None]
     on = "" if any(p.plan_id == plan.plan_id for p in run_.plans) else (

@@ -88,6 +88,17 @@ def throughput_band(plan: Plan) -> tuple[float, float] | None:
     return thr * float(np.exp(lo)), thr * float(np.exp(hi))
 
 
+def tie_test(plan: Plan, other: Plan) -> tuple[bool, str]:
+    """(whether the model cannot tell which of two plans is faster, the test it used): model/fitted.py `tied`."""
+    from problems.placement.model.fitted import tied
+
+    a, b = plan.predicted.get("throughput_samples_s"), other.predicted.get("throughput_samples_s")
+    if a is None or b is None or not (np.isfinite(a) and np.isfinite(b)) or min(a, b) <= 0:
+        return False, "no prediction"
+    return tied(float(a), plan.executor, [p.gpu for p in plan.pools if p.used_gpus],
+                float(b), other.executor, [p.gpu for p in other.pools if p.used_gpus])
+
+
 def band_text(plan: Plan) -> str:
     b = throughput_band(plan)
     return "-" if b is None else f"{b[0]:.3g}-{b[1]:.3g}"

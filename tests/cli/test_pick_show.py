@@ -131,7 +131,8 @@ def test_pick_budget_and_floor_match_a_scan_of_every_plan(mixed8_run, tmp_path, 
     res = run.resolution
     budget, floor = float(np.quantile(F[:, 1], q)), float(np.quantile(F[:, 0], q))
     out = tmp_path / "b.yaml"
-    assert main(["pick", str(mixed8_run), "--max-cost", repr(budget), "--out", str(out)]) == 0
+    # the rule itself (--keep-when-tied: no move to a neighbour the model cannot tell from the choice)
+    assert main(["pick", str(mixed8_run), "--max-cost", repr(budget), "--keep-when-tied", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     got = load_plan(out).predicted
     assert load_plan(out).plan_id == run.all_plans[_scan(F, res, budget=budget)].plan_id
@@ -139,7 +140,13 @@ def test_pick_budget_and_floor_match_a_scan_of_every_plan(mixed8_run, tmp_path, 
     # in plain terms: within the budget, and nothing within it is faster by more than the resolution
     assert got["cost_usd_h"] <= budget
     assert got["throughput_samples_s"] * (1 + res[0]) >= F[F[:, 1] <= budget, 0].max()
-    assert main(["pick", str(mixed8_run), "--min-throughput", repr(floor), "--out", str(out)]) == 0
+    # by default a tied cheaper neighbour within the budget is taken, and the output says so
+    assert main(["pick", str(mixed8_run), "--max-cost", repr(budget), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    moved = load_plan(out)
+    if moved.plan_id != run.all_plans[_scan(F, res, budget=budget)].plan_id:
+        assert f"taking {moved.plan_id}" in text and moved.predicted["cost_usd_h"] <= budget
+    assert main(["pick", str(mixed8_run), "--min-throughput", repr(floor), "--keep-when-tied", "--out", str(out)]) == 0
     got = load_plan(out).predicted
     assert load_plan(out).plan_id == run.all_plans[_scan(F, res, floor=floor)].plan_id
     assert got["throughput_samples_s"] >= floor
@@ -262,25 +269,58 @@ def test_a_result_path_that_is_a_pipe_is_refused_not_replaced(mixed8_run, tmp_pa
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)
 
 
-def test_pick_prints_the_band_and_settles_a_tie_only_when_asked(mixed8_run, tmp_path, capsys):
-    from mosearch.report.terminal import throughput_band
+def test_pick_prints_the_band_and_takes_a_tied_cheaper_neighbour_unless_asked_to_keep(mixed8_run, tmp_path, capsys):
+    from mosearch.report.terminal import throughput_band, tie_test
 
     run = load_run(mixed8_run)
     F = objective_matrix(run.all_plans)
     budget = float(np.median(F[:, 1]))
-    plain, tied = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--out", str(plain)]) == 0
+    kept, taken = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--keep-when-tied", "--out", str(kept)]) == 0
     text = capsys.readouterr().out
-    chosen = load_plan(plain)
-    lo, hi = throughput_band(chosen)
-    assert lo < chosen.predicted["throughput_samples_s"] < hi and "band" in text
-    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--prefer-when-tied", "--out", str(tied)]) == 0
+    first = load_plan(kept)
+    lo, hi = throughput_band(first)
+    assert lo < first.predicted["throughput_samples_s"] < hi and "band" in text
+    assert "taking" not in text
+    assert main(["pick", str(mixed8_run), "--max-cost", str(budget), "--out", str(taken)]) == 0
     text2 = capsys.readouterr().out
-    other = load_plan(tied)
-    if "tied within the bands" in text and "--prefer-when-tied takes it" in text:
-        # the tied neighbour is taken: cheaper (or as cheap and less stale), within the budget, bands overlapping
-        assert other.plan_id != chosen.plan_id and f"taking {other.plan_id}" in text2
+    other = load_plan(taken)
+    if "keeping " + first.plan_id + " as --keep-when-tied asks" in text:
+        # the tied neighbour is taken by default: cheaper (or as cheap and less stale), within the budget
+        assert other.plan_id != first.plan_id and f"taking {other.plan_id}" in text2
         assert other.predicted["cost_usd_h"] <= budget
-        assert decide.tied_within_bands(throughput_band(chosen), throughput_band(other))
+        assert (other.predicted["cost_usd_h"] < first.predicted["cost_usd_h"]
+                or other.predicted.get("staleness", 0) < first.predicted.get("staleness", 0))
+        assert tie_test(first, other)[0]
     else:
-        assert other.plan_id == chosen.plan_id
+        assert other.plan_id == first.plan_id and "taking" not in text2
+
+
+def test_a_tie_on_the_same_hardware_moves_to_the_cheaper_plan_and_a_clear_gap_does_not(mixed8_run, capsys):
+    """The tie rule itself, on a plan of the run and copies of it whose predictions differ by a known ratio."""
+    from mosearch.commands.pick import _settle_ties
+    from mosearch.decide import Limits
+    from mosearch.report.terminal import console
+    from problems.placement.model import fitted
+
+    run = load_run(mixed8_run)
+    a = run.plans[0]
+    lo, hi, _ = fitted.load()["bands"]["same_hardware"]
+    width = max(abs(lo), abs(hi))
+    thr, cost = a.predicted["throughput_samples_s"], a.predicted["cost_usd_h"]
+
+    def copy(ratio):  # the same pools and executor, predicted `ratio` x the samples/s at 80% of the cost
+        return a.model_copy(update={"plan_id": "pcopy", "predicted": {**a.predicted, "throughput_samples_s": thr * ratio,
+                                                                      "cost_usd_h": cost * 0.8}})
+    con = console()
+    near, far = copy(float(np.exp(-0.5 * width))), copy(float(np.exp(-2.0 * width)))
+    chosen, _, _ = _settle_ties(con, a, [a, near], None, 1, Limits(), run.resolution, keep=False)
+    out = capsys.readouterr().out
+    assert chosen is near and "taking pcopy, the cheaper" in out and "same-hardware pairs" in out
+    chosen, _, _ = _settle_ties(con, a, [a, near], None, 1, Limits(), run.resolution, keep=True)
+    assert chosen is a and "keeping " + a.plan_id + " as --keep-when-tied asks" in capsys.readouterr().out
+    chosen, _, _ = _settle_ties(con, a, [a, far], None, 1, Limits(), run.resolution, keep=False)
+    assert chosen is a and "tied" not in capsys.readouterr().out
+    # over the budget: tied, but kept, and it says why
+    chosen, _, _ = _settle_ties(con, a, [a, near], None, 1, Limits(max_cost=cost * 0.5), run.resolution, keep=False)
+    assert chosen is a and "outside the limits" in capsys.readouterr().out

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import yaml
 
-from mosearch import decide
 from problems.errors import InputError
 from problems.placement.model import fitted as F
 from problems.placement.model.executor_costs import STEP_COSTS, step_costs
@@ -87,10 +86,30 @@ def test_bands_and_ties():
     assert lo < 0 < hi
     low, high = F.throughput_band(10.0, "verl", ["hopper"])  # generations, as plan_band reads them off the types
     assert low == pytest.approx(10.0 * np.exp(lo)) and high == pytest.approx(10.0 * np.exp(hi))
-    assert decide.tied_within_bands((1.0, 2.0), (1.9, 3.0))
-    assert not decide.tied_within_bands((1.0, 2.0), (2.1, 3.0))
-    assert not decide.tied_within_bands(None, (1.0, 2.0))
 
+
+
+def test_ties_are_judged_by_the_published_pairs_error(monkeypatch):
+    bands = F.load()["bands"]
+    for key, (a, b) in {"same_hardware": (("verl", ["H100"]), ("verl", ["H200"])),  # both Hopper
+                        "other_hardware": (("verl", ["H100"]), ("verl", ["L40S"]))}.items():
+        lo, hi, n = bands[key]
+        assert n >= 3
+        width = max(abs(lo), abs(hi))
+        tie, why = F.tied(10.0, *a, 10.0 / np.exp(0.9 * width), *b)
+        assert tie and key.replace("_", "-") in why
+        assert F.tied(10.0 / np.exp(0.9 * width), *a, 10.0, *b)[0]  # symmetric
+        assert not F.tied(10.0, *a, 10.0 / np.exp(1.1 * width), *b)[0]
+    # another executor family on the same GPUs is not the same hardware for the model's error
+    assert "other-hardware" in F.tied(10.0, "verl", ["H100"], 10.0, "areal", ["H100"])[1]
+    # without published pairs: the plans' own bands, tied exactly when they overlap
+    monkeypatch.setattr(F, "load", lambda: {"bands": {k: v for k, v in bands.items() if "hardware" not in k}})
+    la, _ = F.plan_band("verl", ["H100"])
+    _, hb = F.plan_band("verl", ["L40S"])
+    edge = 10.0 * np.exp(la) / np.exp(hb)  # the L40S plan's top meets the H100 plan's bottom
+    tie, why = F.tied(10.0, "verl", ["H100"], edge * 1.01, "verl", ["L40S"])
+    assert tie and "bands overlap" in why
+    assert not F.tied(10.0, "verl", ["H100"], edge * 0.99, "verl", ["L40S"])[0]
 
 def test_fp32_unfused_scores_and_bf16_states_are_counted_as_allocated():
     assert sum(state_bytes_per_param(2)) == 16 and sum(state_bytes_per_param(2, True)) == 8

@@ -20,6 +20,12 @@ per executor family and GPU generation, the 10th and 90th percentiles of the lea
 residuals of the training set's rows log(predicted step / measured step); a plan's throughput lies in [thr * exp(lo), thr * exp(hi)]
 as far as those residuals go. A family / generation with fewer than 3 held-out rows takes all rows' band.
 
+Ties (`tied`, read by `mosearch pick`): two plans share part of their error, so their throughput ratio is
+judged by the held-out error of the training set's published pairs (10th and 90th percentiles of
+log(predicted ratio / published ratio), each pair predicted with its source left out): `bands.same_hardware`
+(pairs on one GPU type) for two plans of one executor family on the same GPU generations,
+`bands.other_hardware` (pairs on two GPU types) otherwise; without 3 pairs, whether their bands overlap.
+
 Layer: calibration (a profile, per-cluster corrections) applies on top of these values; these apply on top
 of the catalog. `disabled()` builds contexts without them (the fit itself starts from the catalog).
 """
@@ -134,6 +140,39 @@ def plan_band(executor: str | None, gpu_names) -> tuple[float, float]:
     except KeyError:
         family = "all"
     return band(family, gens)
+
+
+def _family_and_generations(executor: str | None, gpu_names) -> tuple[str, frozenset]:
+    from problems.placement.model.executor_costs import step_costs
+    from problems.placement.specs import gpu_catalog
+
+    cat = gpu_catalog()
+    try:
+        family = step_costs(executor).family
+    except KeyError:
+        family = "all"
+    return family, frozenset(getattr(cat.get(g), "generation", None) or g for g in gpu_names)
+
+
+def tied(thr_a: float, executor_a: str | None, gpus_a, thr_b: float, executor_b: str | None, gpus_b) -> tuple[bool, str]:
+    """(whether the model cannot tell which of two plans is faster, by which test). Two plans share part of
+    their error (the fitted parameters, the executor's terms, the workload's lengths), so the ratio of their
+    throughputs is judged by the held-out error of published pairs of runs: pairs on one GPU type for two
+    plans of one executor family on the same GPU generations, pairs on two GPU types otherwise. They tie
+    when their predicted ratio lies within that error. Without enough pairs, their own bands' overlap."""
+    same = _family_and_generations(executor_a, gpus_a) == _family_and_generations(executor_b, gpus_b)
+    key = "same_hardware" if same else "other_hardware"
+    pb = load().get("bands", {}).get(key)
+    if pb and pb[2] >= 3:
+        width = max(abs(pb[0]), abs(pb[1]))
+        r = float(np.log(thr_a / thr_b))
+        what = ("same executor and GPU generations" if same else "other GPU types or executor")
+        return abs(r) <= width, (f"{what}: a ratio within the published {key.replace('_', '-')} pairs' held-out "
+                                 f"error, +-{np.expm1(width):.0%} over {pb[2]} pairs")
+    la, ha = plan_band(executor_a, gpus_a)
+    lb, hb = plan_band(executor_b, gpus_b)
+    overlap = thr_a * np.exp(la) <= thr_b * np.exp(hb) and thr_b * np.exp(lb) <= thr_a * np.exp(ha)
+    return bool(overlap), "their samples/s bands overlap"
 
 
 def apply_executor(ctx, executor: str | None, version: str | None = None) -> None:
