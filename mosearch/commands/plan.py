@@ -180,18 +180,12 @@ def calibration_line(cluster_path: str) -> None:
 
 def extrapolated(cluster_path: str | None, plans) -> str | None:
     """On a calibrated cluster: which plans of the front are far from every calibrated run."""
-    if cluster_path is None:
-        return None
-    from problems.placement.corrections import extrapolation, load_calibration
-    from problems.placement.specs import load_cluster
+    from problems.placement.corrections import calibrated_layouts, extrapolation
 
-    cluster = load_cluster(cluster_path)
-    if not cluster.calibration:
-        return None
-    runs = [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
+    runs = calibrated_layouts(cluster_path)
     far = [p.plan_id for p in plans if extrapolation(p, runs)]
     if not far:
         return None
     return (f"extrapolated: {len(far)} of the {len(plans)} plans of the front are far from the {len(runs)} calibrated "
             f"run(s) (another mode, layout or GPU type, or over 2x their engines or ranks): {', '.join(far[:10])}"
-            + (", ..." if len(far) > 10 else "") + "; `mosearch show RUN --with PLAN` says why")
+            + (", ..." if len(far) > 10 else "") + "; `mosearch show RUN --with PLAN` says why; report.html marks them")

@@ -71,14 +71,11 @@ def _with_plan(args):
 def extrapolation_line(plan, plan_file: str) -> str | None:
     """Where the plan's cluster is calibrated (`mosearch calibrate`): a line when the plan is far from
     every run the calibration was fitted on."""
-    from problems.placement.corrections import extrapolation, load_calibration
+    from problems.placement.corrections import calibrated_layouts, extrapolation
     from problems.placement.planfiles import PlanInputs
 
     try:
-        cluster = PlanInputs.load(plan_file).cluster()
+        cluster_path = PlanInputs.load(plan_file).cluster().path
     except (InputError, OSError):
         return None
-    if not cluster.calibration:
-        return None
-    runs = [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
-    return extrapolation(plan, runs)
+    return extrapolation(plan, calibrated_layouts(cluster_path))

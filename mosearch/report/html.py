@@ -38,8 +38,24 @@ def spec_name(path: str, run_dir: Path) -> str:
     return p.name
 
 
-def _plan_record(p: Plan, run_dir: Path, baseline: str | None = None) -> dict:
+def _calibrated_runs(plans: list[Plan], run_dir: Path) -> list[dict]:
+    """The calibrated runs of the plans' cluster (`mosearch calibrate`), to mark plans far from them."""
+    from problems.placement.corrections import calibrated_layouts
+
+    if not plans:
+        return []
+    path = Path(plans[0].cluster.path)
+    for cand in ([path] if path.is_absolute() else [run_dir / path, path]):
+        if cand.is_file():
+            return calibrated_layouts(cand)
+    return []
+
+
+def _plan_record(p: Plan, run_dir: Path, baseline: str | None = None, runs: list[dict] | None = None) -> dict:
+    from problems.placement.corrections import extrapolation
+
     d = p.model_dump(mode="json")
+    d["extrapolated"] = extrapolation(p, runs or [])  # far from every calibrated run of the cluster
     for kind in ("cluster", "workload"):
         d[kind]["path"] = spec_name(d[kind]["path"], run_dir)
     d["baseline"] = baseline
@@ -228,7 +244,7 @@ tr.sel {{ background: #fff3b0; }}
 </div>
 <div class="row"><div>{figure}{key}</div><div id="detail"><p>Hover or click a point to see its plan.</p></div></div>
 <p class="note">Each point is a distinct plan: plans closer than the resolution in every objective are shown once
-(every plan found is in front_all.csv). Colour: execution mode. Predictions of the performance model; a band is the 10th-90th percentile of its held-out error on published RL steps of the plan's executor and GPU generations.
+(every plan found is in front_all.csv). Colour: execution mode. Predictions of the performance model; a band is the 10th-90th percentile of its held-out error on published RL steps of the plan's executor and GPU generations. On a calibrated cluster (<code>mosearch calibrate</code>), a plan marked extrapolated is far from every run the calibration was fitted on.
 <code>mosearch pick RUN --max-cost B</code> gives the fastest plan within a budget, <code>--min-throughput T</code>
 the cheapest reaching T.</p>
 <h2 style="font-size:1.1em">Plans within the limits</h2>
@@ -250,6 +266,7 @@ function detail(p) {{
   h += `<p><b>${{fmt(pr.throughput_samples_s,2)}}</b> samples/s (band ${{esc(p.band_text)}}: the model's held-out error; ${{fmt(pr.throughput_tokens_s,0)}} tokens/s), ` +
        `<b>${{fmt(pr.cost_usd_h,2)}}</b> $/h (${{fmt(pr.usd_per_1k_samples,3)}} $ per 1,000 samples), ` +
        `peak memory <b>${{fmt(pr.peak_mem_frac,2)}}</b> of a GPU, staleness <b>${{fmt(pr.staleness,2)}}</b> versions</p>`;
+  if (p.extrapolated) h += `<p class="warn">${{esc(p.extrapolated)}}</p>`;
   h += "<table><tr><th>GPUs</th><th>rollout</th><th>train</th><th>shared</th><th>engines (TP)</th></tr>";
   for (const q of p.pools) {{
     if (q.rollout_gpus + q.train_gpus + q.shared_gpus === 0) continue;
@@ -289,7 +306,7 @@ function refresh() {{
   const rows = PLANS.map((p, i) => [p, i]).filter(([p, i]) => keep[i]).sort((a, b) => b[0].predicted.throughput_samples_s - a[0].predicted.throughput_samples_s);
   document.querySelector("#plans tbody").innerHTML = rows.map(([p, i]) => {{
     const pr = p.predicted;
-    return `<tr data-i="${{i}}" class="${{i === KNEE ? "sel" : ""}}"><td>${{esc(p.plan_id)}}${{i === KNEE ? " (knee)" : ""}}</td><td>${{fmt(pr.throughput_samples_s,2)}}</td><td>${{esc(p.band_text)}}</td><td>${{fmt(pr.throughput_tokens_s,0)}}</td>` +
+    return `<tr data-i="${{i}}" class="${{i === KNEE ? "sel" : ""}}"><td>${{esc(p.plan_id)}}${{i === KNEE ? " (knee)" : ""}}${{p.extrapolated ? ` <span class="warn" title="${{esc(p.extrapolated)}}">extrapolated</span>` : ""}}</td><td>${{fmt(pr.throughput_samples_s,2)}}</td><td>${{esc(p.band_text)}}</td><td>${{fmt(pr.throughput_tokens_s,0)}}</td>` +
       `<td>${{fmt(pr.cost_usd_h,2)}}</td><td>${{fmt(pr.usd_per_1k_samples,3)}}</td><td>${{fmt(pr.peak_mem_frac,2)}}</td>` +
       `<td>${{fmt(pr.staleness,2)}}</td><td class="l">${{esc(p.execution.mode)}}</td><td class="l">${{esc(p.gpus_text)}}</td></tr>`;
   }}).join("");
@@ -317,6 +334,7 @@ def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee
     """report.html at `path`, naming spec files from `run_dir` (default: the page's folder)."""
     run_dir = Path(path).parent if run_dir is None else Path(run_dir)
     figure, key = _svg(plans, baselines, knee)
+    runs = _calibrated_runs(plans, run_dir)
     key_html = ""
     if key:
         names = {name: p for name, p in baselines.items()}
@@ -329,7 +347,7 @@ def write_report(path: Path, plans: list[Plan], baselines: dict[str, Plan], knee
         key_html = f'<ul class="key">{"".join(items)}</ul>'
     text = PAGE.format(
         title=html.escape(title), subtitle=html.escape(subtitle), figure=figure, key=key_html,
-        plans=_script_json([_plan_record(p, run_dir) for p in plans]),
+        plans=_script_json([_plan_record(p, run_dir, runs=runs) for p in plans]),
         baselines=_script_json([_plan_record(p, run_dir, name) for name, p in baselines.items()]),
         knee="null" if knee is None else int(knee),
         step_labels=_script_json({k: v for k, v in STEP_LABELS.items()
