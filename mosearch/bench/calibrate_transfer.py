@@ -131,7 +131,7 @@ def main() -> int:
         "samples per step / that step time.",
         f"Machine: {cpu_model()}, {platform.machine()}; load average (1/5/15 min) after each run: "
         + ", ".join(f"{n} {'/'.join(f'{x:.1f}' for x in v) if v else 'not recorded'}" for n, v in loads.items())
-        + " (2 cores shared with other work: these are not quiet-machine figures). "
+        + " (the runs' own processes included; above about 2.5 other work shared the cores). "
         + (f"Wall time {time.time() - started:.0f} s." if not args.analyse_only else "Analysis of earlier runs."),
         "",
         f"`mosearch calibrate --from mosearch --log {first}` fitted (cpu-local): {describe(c)}.",
