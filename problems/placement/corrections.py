@@ -33,11 +33,12 @@ from problems.specio import load_model
 
 FACTOR_BOUND = 4.0
 FACTORS = ("decode_eff", "mfu", "sync", "rollout_host")
-ADDED = ("train_call_s", "switch_call_s", "step_call_s")
+ADDED = ("train_call_s", "dp_microbatch_s", "switch_call_s", "step_call_s")
 HOST_TERMS = ("rollout_call_s", "rollout_sample_s", "decode_step_s", "decode_seq_s")
 # the phase each correction acts on (what the fit and the report set it against)
 PHASE_OF = {"decode_eff": "rollout_s", "rollout_host": "rollout_s", "mfu": "train_s", "train_call_s": "train_s",
-            "sync": "sync_s", "switch_call_s": "switch_s", "step_call_s": "step_s"}
+            "sync": "sync_s", "switch_call_s": "switch_s", "step_call_s": "step_s",
+            "dp_microbatch_s": "train_s"}
 
 
 class Correction(BaseModel):
@@ -47,6 +48,7 @@ class Correction(BaseModel):
     sync: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     rollout_host: float = Field(default=1.0, ge=1 / FACTOR_BOUND, le=FACTOR_BOUND)
     train_call_s: float = 0.0
+    dp_microbatch_s: float = 0.0
     switch_call_s: float = 0.0
     step_call_s: float = 0.0
 

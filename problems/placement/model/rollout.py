@@ -154,7 +154,11 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
     # steady continuous batching: as many sequences as the slots and the KV cache hold, at the mean age
     ctx_ss = p + L.mean_age
     full = np.maximum(np.minimum(mns, np.floor(kv_tokens / ctx_ss)), 1.0)
-    t_full = c.step(full, full * ctx_ss)
+    # engines on devices without memory of their own (CPU devices: one host) share its cores and memory
+    # bandwidth: vLLM's CPU engine binds its threads to every core of the host it is given, so k engines on
+    # one host each run at 1/k of what one engine alone (what a profile measures) does
+    host_share = np.where(ctx.host_memory, np.maximum(np.minimum(engines, ctx.gpn // rtp), 1), 1).astype(float)
+    t_full = c.step(full, full * ctx_ss) * host_share
     # each engine's share of the samples, in proportion to its steady token rate (all finish together)
     rate = np.where(has, full / t_full, 0.0)
     share = ctx.samples * rate / np.maximum(psum(engines * rate), 1e-30)[:, None]
@@ -185,7 +189,8 @@ def rollout_times(ctx: ModelContext, f: dict) -> dict[str, np.ndarray]:
             mem = mem + steps * u["expert_weights"][j] * expected_distinct_experts(ctx, mj[None, :] * alive)
         comp = mj * (u["flop_seq"][j] * alive + u["flop_kv"][j] * kv_seg)
         drain[:, j] = np.maximum(mem, comp).sum(axis=0) / r[:, j] + np.asarray(c.fixed)[..., j] * steps.sum(axis=0)
-    drain = drain + np.asarray(c.per_seq) * m * L.mean
+    drain = (drain + np.asarray(c.per_seq) * m * L.mean) * host_share
+    prefill = prefill * host_share
     sync = np.where(has, prefill + bulk + drain, 0.0)
     steady = np.where(has, prefill + share * L.mean / full * t_full, 0.0)
     rollout_s, bulk_s = pmax(sync), pmax(steady)
