@@ -287,9 +287,9 @@ NOTES = """
 - AReaL v0.1's 7B log (-40%): the mean length (8K by the convention of a 16K limit) is unpublished; ReaLHF's own
   engine and trainer have no published step terms (the areal family's terms come from no row: 0 s).
 - Pairs left out: a GPU type seen only in one source (MI300X, L20) is at its prior when that source is left out;
-  with the committed fit the H100 / MI300X ratios are within 6-27% (MI300X measured 1-19% faster, predicted 0-7%
-  slower: per-step and per-micro-batch costs common to both GPUs dominate the verl v0.3 steps, and the PPO and GRPO
-  rows pull CDNA3's matmul efficiency in opposite directions); EasyR1 v0.3.2's
+  with the committed fit the H100 / MI300X ratios are within 3-15% (MI300X measured 1-19% faster, predicted 7-12%
+  faster; the deepseek-llm-7b PPO pair, measured 0.81, is the one beyond 10%: its MHA KV cache is 8x Qwen2's, and
+  the PPO script's 0.4 memory share leaves the H100 engines short of it); EasyR1 v0.3.2's
   micro-batch pair (dynamic batching packs by tokens, so the micro-batch column is not what ran) cannot be told
   apart.
 - Training iterations (mosearch/bench/e2e_validation.py) and this project's trainer on an H200 are unchanged by
