@@ -61,12 +61,13 @@ def main(argv=None) -> int:
                                      text=True).stdout.strip()
     rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.strip()
-    here = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    from mosearch.bench import provenance
+
+    here = provenance.commit()  # HEAD, with +changes when the tree differs from it
     lines = ["# Plans of shipped fronts whose rank changes with the model", "",
              f"Made by `python -m mosearch.bench.front_rank_change --before {rev}`: the front the planner of "
              f"{rev} finds with its defaults, each plan scored by that revision's model (before) and "
-             f"by this checkout's (after, HEAD {here} plus uncommitted changes). Ranks: 1 = highest throughput / "
+             f"by this checkout's (after, {here}). Ranks: 1 = highest throughput / "
              "lowest $ per 1,000 samples among the front's plans.", ""]
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "before"
