@@ -32,7 +32,7 @@ def test_show_missing_run_is_an_input_error(tmp_path, capsys):
 
 def test_pick_knee_writes_a_loadable_plan(mixed8_run, tmp_path, capsys):
     out = tmp_path / "plan.yaml"
-    assert main(["pick", str(mixed8_run), "--out", str(out)]) == 0
+    assert main(["pick", str(mixed8_run), "--keep-when-tied", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     run = load_run(mixed8_run)
     knee = run.all_plans[decide.knee(objective_matrix(run.all_plans), run.resolution)]
