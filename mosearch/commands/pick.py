@@ -61,10 +61,10 @@ def _step(plan, chosen, what: str) -> str:
 
 
 def _settle_ties(con, plan, front, faster, cheaper, limits, res, keep: bool):
-    """Print the chosen plan's samples/s band. Where the model cannot tell it from a neighbour (the same
-    executor and GPU generations: their ratio within the published same-hardware pairs' error; else their
-    bands overlap), take the cheaper neighbour, else one as fast within that error and less stale, if it
-    meets the limits, and say why (with --keep-when-tied only say so). Returns (plan, faster, cheaper)."""
+    """Print the chosen plan's samples/s band. Where the model cannot tell it from a neighbour (their ratio
+    within the held-out error of published pairs: model/fitted.py `tied`), take the cheaper neighbour, else
+    one as fast within that error and less stale, if it meets the limits, and say why (with --keep-when-tied
+    only say so). Returns (plan, faster, cheaper)."""
     con.print(f"Predicted {plan.predicted['throughput_samples_s']:.3g} samples/s, band {band_text(plan)} "
               f"({BAND_NOTE}).")
     for i, what in ((cheaper, "cheaper"), (faster, "less stale")):
