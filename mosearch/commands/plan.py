@@ -181,8 +181,11 @@ def calibration_line(cluster_path: str) -> None:
 def extrapolated(cluster_path: str | None, plans) -> str | None:
     """On a calibrated cluster: which plans of the front are far from every calibrated run."""
     from problems.placement.corrections import calibrated_layouts, extrapolation
+    from problems.placement.specs import load_cluster
 
-    runs = calibrated_layouts(cluster_path)
+    if cluster_path is None:
+        return None
+    runs = calibrated_layouts(load_cluster(cluster_path))
     far = [p.plan_id for p in plans if extrapolation(p, runs)]
     if not far:
         return None

@@ -75,7 +75,7 @@ def extrapolation_line(plan, plan_file: str) -> str | None:
     from problems.placement.planfiles import PlanInputs
 
     try:
-        cluster_path = PlanInputs.load(plan_file).cluster().path
+        cluster = PlanInputs.load(plan_file).cluster()
     except (InputError, OSError):
         return None
-    return extrapolation(plan, calibrated_layouts(cluster_path))
+    return extrapolation(plan, calibrated_layouts(cluster))

@@ -117,11 +117,11 @@ def moves(L) -> Moves:
         # Qwen2.5-32B, 8 L4 at TP 8 generating beside the MI300X pool)
         out += [[add(i, d), put(2 * P + i, k)] for d in count_steps(n) if d > 0
                 for k in range(int(L.rtp_n[i])) if L.rtp_options[i, k] <= d and d % L.rtp_options[i, k] == 0]
-        # training GPUs with the layout to use them as one edit: d more or fewer training GPUs with each TP x PP
-        # (the count alone leaves the old layout, which the new count may not divide: tri-region-80 x
-        # Qwen2.5-32B, 12 MI300X at DP3 TP2 PP2 -> 14 at DP7 TP2 PP1)
+        # training GPUs with the layout to use them as one edit: d more training GPUs with each TP x PP (the
+        # count alone leaves the old layout, which the new count may not divide: tri-region-80 x Qwen2.5-32B,
+        # 12 MI300X at DP3 TP2 PP2 -> 14 at DP7 TP2 PP1); fewer GPUs are left to the count move and the near pass
         tpj, ppj = L.g("train_tp_idx"), L.g("train_pp_idx")
-        out += [[add(P + i, d), put(tpj, a), put(ppj, b)] for d in count_steps(n)
+        out += [[add(P + i, d), put(tpj, a), put(ppj, b)] for d in count_steps(n) if d > 0
                 for a in range(int(xu[tpj]) + 1) for b in range(min(3, int(xu[ppj]) + 1))]
         # the engine as one edit: its TP with a concurrency to match (a larger engine holds more
         # sequences; either change alone may leave the KV cache short or the engine underused)

@@ -40,14 +40,19 @@ def spec_name(path: str, run_dir: Path) -> str:
 
 def _calibrated_runs(plans: list[Plan], run_dir: Path) -> list[dict]:
     """The calibrated runs of the plans' cluster (`mosearch calibrate`), to mark plans far from them."""
+    from problems.errors import InputError
     from problems.placement.corrections import calibrated_layouts
+    from problems.placement.specs import load_cluster
 
     if not plans:
         return []
     path = Path(plans[0].cluster.path)
     for cand in ([path] if path.is_absolute() else [run_dir / path, path]):
         if cand.is_file():
-            return calibrated_layouts(cand)
+            try:
+                return calibrated_layouts(load_cluster(str(cand)))
+            except (InputError, OSError):
+                return []
     return []
 
 

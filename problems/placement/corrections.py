@@ -96,18 +96,14 @@ def layout_features(plan) -> dict:
             "sharding": t.sharding}
 
 
-def calibrated_layouts(cluster_path: str | Path | None) -> list[dict]:
-    """The layout_features of the runs the cluster's calibration was fitted on ([] when it has none, or the
-    cluster file cannot be read: nothing to compare against)."""
+def calibrated_layouts(cluster) -> list[dict]:
+    """The layout_features of the runs a cluster's calibration was fitted on ([] when it has none, or its file
+    cannot be read: nothing to compare against). `cluster`: a loaded Cluster, or None."""
     from problems.errors import InputError
-    from problems.placement.specs import load_cluster
 
-    if not cluster_path:
+    if cluster is None or not cluster.calibration:
         return []
     try:
-        cluster = load_cluster(str(cluster_path))
-        if not cluster.calibration:
-            return []
         return [r["layout"] for r in load_calibration(cluster.calibration).runs if r.get("layout")]
     except (InputError, OSError):
         return []
