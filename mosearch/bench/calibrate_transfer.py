@@ -114,7 +114,8 @@ def main() -> int:
         meas["throughput_samples_s"] = summary["run"]["prompts_per_step"] * summary["run"]["group_size"] / meas["step_s"]
         measured[name], predictors[name] = meas, _predictor(run, str(cluster))
     corr = corrs[first]
-    rows = [(name, measured[name], predictors[name]({}), predictors[name](corr)) for name in PLANS]
+    uncalibrated = {name: predictors[name]({}) for name in PLANS}
+    rows = [(name, measured[name], uncalibrated[name], predictors[name](corr)) for name in PLANS]
 
     def err(p, m):
         return f"{(p / m - 1) * 100:+.0f}%"
@@ -163,7 +164,7 @@ def main() -> int:
         for name in PLANS:
             if name == on:
                 continue
-            m, b, a = measured[name], predictors[name]({}), predictors[name](corrs[on])
+            m, b, a = measured[name], uncalibrated[name], predictors[name](corrs[on])
             ks = [k for k in ("rollout_s", "train_s", "sync_s") if m.get(k, 0) > 0]
             sb, sa = abs_err(b["step_s"], m["step_s"]), abs_err(a["step_s"], m["step_s"])
             pb = sum(abs_err(b[k], m[k]) for k in ks) / len(ks)

@@ -133,15 +133,11 @@ PAIR_WEIGHT = 2.0
 
 
 def _pairs_within(models: list[RowModel]) -> list[tuple[int, int]]:
-    """(a, b) indices of the pairs (rl_rows.row_pairs) whose two rows are both among `models`."""
-    from mosearch.bench.rl_rows import row_pairs
+    """(a, b) indices of the pairs (rl_rows.pairs_by_name) whose two rows are both among `models`."""
+    from mosearch.bench.rl_rows import pairs_by_name
 
     at = {m.row["id"]: i for i, m in enumerate(models)}
-    pairs: dict[str, dict] = {}
-    for m in models:
-        for name, role in row_pairs(m.row):
-            pairs.setdefault(name, {})[role] = at[m.row["id"]]
-    return [(p["a"], p["b"]) for p in pairs.values() if "a" in p and "b" in p]
+    return [(at[a["id"]], at[b["id"]]) for a, b in pairs_by_name([m.row for m in models]).values()]
 
 
 def fit(models: list[RowModel]) -> np.ndarray:
@@ -236,17 +232,12 @@ def pair_band(rows: list[dict], held: dict, models: dict, same_gpu: bool) -> lis
     (`same_gpu`) or on two, each predicted with its source left out: log((pred b / pred a) / (measured b / a)).
     Two plans share part of their error (the executor's terms, the lengths), so their ratio is known to this
     band, not to the sum of their own bands (mosearch pick's tie test, model/fitted.py `tied`)."""
-    from mosearch.bench.rl_rows import row_pairs
+    from mosearch.bench.rl_rows import pairs_by_name
 
-    train = {r["id"]: r for r in training_rows(rows) if r.get("kind") != "generation"}
-    by_pair: dict[str, dict] = {}
-    for r in train.values():
-        for name, role in row_pairs(r):
-            by_pair.setdefault(name, {})[role] = r
+    train = [r for r in training_rows(rows) if r.get("kind") != "generation"]
     errs = []
-    for p in by_pair.values():
-        a, b = p.get("a"), p.get("b")
-        if a is None or b is None or (models[a["id"]].gpu_name == models[b["id"]].gpu_name) != same_gpu:
+    for a, b in pairs_by_name(train).values():
+        if (models[a["id"]].gpu_name == models[b["id"]].gpu_name) != same_gpu:
             continue
         pred = held[b["id"]] / held[a["id"]]
         meas = float(b["step_s"]) / float(a["step_s"])

@@ -79,6 +79,15 @@ def row_pairs(r: dict) -> list[tuple[str, str]]:
     return list(zip(r["pair"].split(";"), r["pair_role"].split(";")))
 
 
+def pairs_by_name(rows) -> dict[str, tuple]:
+    """{pair: (row a, row b)} for every pair both of whose rows are in `rows` (`row_pairs`)."""
+    roles: dict[str, dict] = {}
+    for r in rows:
+        for name, role in row_pairs(r):
+            roles.setdefault(name, {})[role] = r
+    return {name: (p["a"], p["b"]) for name, p in roles.items() if "a" in p and "b" in p}
+
+
 def build_problem(r: dict, tmp: Path):
     """(problem, plan vector) of one row: its cluster (one pool), workload and layout, scored with the step work
     of the row's executor and version (`executor` column, model/executor_costs.py); an engine run without CUDA

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from mosearch.bench import provenance  # noqa: E402
 from mosearch.bench.rl_rows import (GEN_DATA, RL_DATA, build_problem, generation_context, load,  # noqa: E402,F401
-                                    load_generation, load_steps, predict_generation, predict_step, published,
-                                    row_pairs)
+                                    load_generation, load_steps, pairs_by_name, predict_generation, predict_step,
+                                    published)
 SENSITIVITY = (0.1, 0.25, 0.5)
 TARGETS = {"loso_median": 0.20, "source_median": 0.30, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
 
@@ -69,14 +69,9 @@ def trainer_on_gpu() -> dict[str, list[float]] | None:
 
 def _pairs_of(rows: list[dict], pred: dict) -> list[tuple]:
     """(pair, a, b, measured b/a, predicted b/a, ratio error) for every pair whose two rows are in `pred`."""
-    pairs: dict[str, dict] = {}
-    for r in rows:
-        for name, role in row_pairs(r):
-            pairs.setdefault(name, {})[role] = r
     out = []
-    for name, p in pairs.items():
-        if "a" in p and "b" in p and p["a"]["id"] in pred and p["b"]["id"] in pred:
-            a, b = p["a"], p["b"]
+    for name, (a, b) in pairs_by_name(rows).items():
+        if a["id"] in pred and b["id"] in pred:
             meas = float(b["step_s"]) / float(a["step_s"])
             prd = pred[b["id"]] / pred[a["id"]]
             out.append((name, a, b, meas, prd, prd / meas - 1))

@@ -150,6 +150,7 @@ def fit(runs: list[dict], cluster_path: str) -> tuple[dict, list[dict]]:
 def describe(c: dict) -> str:
     return (f"decode_eff x{c['decode_eff']:.3g}, mfu x{c['mfu']:.3g}, sync time x{c['sync']:.3g}, rollout host work "
             f"x{c['rollout_host']:.3g}, {c['train_call_s'] * 1e3:+.3g} ms per training step, "
+            f"{c.get('dp_microbatch_s', 0.0) * 1e3:+.3g} ms per micro-batch of a rank when dp > 1, "
             f"{c.get('switch_call_s', 0.0) * 1e3:+.3g} ms per colocated switch, "
             f"{c.get('step_call_s', 0.0) * 1e3:+.3g} ms per step beyond its phases")
 

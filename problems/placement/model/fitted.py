@@ -130,19 +130,13 @@ def throughput_band(thr, family: str, generations) -> tuple[np.ndarray, np.ndarr
 def plan_band(executor: str | None, gpu_names) -> tuple[float, float]:
     """(lo, hi) log residuals for a plan of `executor` on GPU types `gpu_names` (catalog names or a cluster's
     own types: an unknown type takes the band of all rows)."""
-    from problems.placement.model.executor_costs import step_costs
-    from problems.placement.specs import gpu_catalog
-
-    cat = gpu_catalog()
-    gens = [getattr(cat.get(g), "generation", None) for g in gpu_names] or [None]
-    try:
-        family = step_costs(executor).family
-    except KeyError:
-        family = "all"
-    return band(family, gens)
+    family, gens = _family_and_generations(executor, gpu_names)
+    return band(family, gens or [None])
 
 
-def _family_and_generations(executor: str | None, gpu_names) -> tuple[str, frozenset]:
+def _family_and_generations(executor: str | None, gpu_names) -> tuple[str, list]:
+    """The executor's family ("all" for one without step terms) and each GPU type's generation (None for a
+    type the catalog does not know)."""
     from problems.placement.model.executor_costs import step_costs
     from problems.placement.specs import gpu_catalog
 
@@ -151,7 +145,13 @@ def _family_and_generations(executor: str | None, gpu_names) -> tuple[str, froze
         family = step_costs(executor).family
     except KeyError:
         family = "all"
-    return family, frozenset(getattr(cat.get(g), "generation", None) or g for g in gpu_names)
+    return family, [getattr(cat.get(g), "generation", None) for g in gpu_names]
+
+
+def _same_hardware(executor_a, gpus_a, executor_b, gpus_b) -> bool:
+    """One executor family on the same GPU generations (an unknown type counts by its name)."""
+    (fa, ga), (fb, gb) = _family_and_generations(executor_a, gpus_a), _family_and_generations(executor_b, gpus_b)
+    return fa == fb and {g or n for g, n in zip(ga, gpus_a)} == {g or n for g, n in zip(gb, gpus_b)}
 
 
 def tied(thr_a: float, executor_a: str | None, gpus_a, thr_b: float, executor_b: str | None, gpus_b) -> tuple[bool, str]:
@@ -160,7 +160,7 @@ def tied(thr_a: float, executor_a: str | None, gpus_a, thr_b: float, executor_b:
     throughputs is judged by the held-out error of published pairs of runs: pairs on one GPU type for two
     plans of one executor family on the same GPU generations, pairs on two GPU types otherwise. They tie
     when their predicted ratio lies within that error. Without enough pairs, their own bands' overlap."""
-    same = _family_and_generations(executor_a, gpus_a) == _family_and_generations(executor_b, gpus_b)
+    same = _same_hardware(executor_a, list(gpus_a), executor_b, list(gpus_b))
     key = "same_hardware" if same else "other_hardware"
     pb = load().get("bands", {}).get(key)
     if pb and pb[2] >= 3:
