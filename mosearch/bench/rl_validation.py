@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from mosearch.bench import provenance  # noqa: E402
 from mosearch.bench.rl_rows import (GEN_DATA, RL_DATA, build_problem, generation_context, load,  # noqa: E402,F401
                                     load_generation, load_steps, pairs_by_name, predict_generation, predict_step,
-                                    published)
+                                    published, row_pairs)
 SENSITIVITY = (0.1, 0.25, 0.5)
 TARGETS = {"loso_median": 0.20, "source_median": 0.30, "pair": 0.10, "train_median": 0.10, "memory_median": 0.15}
 
