@@ -112,6 +112,7 @@ def build_problem(r: dict, tmp: Path):
     eager = {r["gpu"]: {"decode_layer_s": EAGER_DECODE_LAYER_S}} if r["eager"] == "1" else None
     prob = PlacementProblem.from_files(cluster, workload, efficiencies=eager)
     prob.ctx.updates = int(r["updates"])
+    prob.ctx.micro_batch_tokens = float(r["micro_batch_tokens"]) if r.get("micro_batch_tokens") else None
     name, _, version = (r.get("executor") or "mosearch").partition(" ")
     prob.ctx.steps = dataclasses.replace(step_costs(name, version or None),
                                          reference_on_host=r.get("ref_offload") == "1")

@@ -209,6 +209,11 @@ class ModelContext:
     reshard_after_forward: bool = True
     # sequence packing in training micro-batches (padding removed; verl use_remove_padding, AReaL)
     packing: bool = False
+    # dynamic batching: an update's micro-batches are cut by a token budget per GPU, not a sample count
+    # (EasyR1 `dynamic_batching`: micro_batch_size_per_device_for_update x the padded input length, its
+    # dp_actor.update_policy at v0.3.2; verl `use_dynamic_bsz` with `ppo_max_token_len_per_gpu`): a rank runs
+    # ceil(its tokens / budget) of them. None: `micro_batch` samples each
+    micro_batch_tokens: float | None = None
     # element-wise operations of the training layers as PyTorch eager modules run them (several kernels each,
     # model/training.py `eager_elementwise_bytes`): the RMSNorms, and RoPE with the gated MLP's activation
     eager_norm: bool = False

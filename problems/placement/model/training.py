@@ -191,8 +191,12 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     share = replica_shares(ctx, f, reps, dp)  # samples per replica and optimizer update
     # micro-batches per replica and chunk; a chunk's partial micro-batch still costs a slot
     per_chunk = share / chunks[:, None]
-    m = np.ceil(per_chunk / mb[:, None])
-    mb_eff = np.minimum(mb[:, None], np.maximum(per_chunk, 1.0))
+    if ctx.micro_batch_tokens is None:
+        m = np.ceil(per_chunk / mb[:, None])
+        mb_eff = np.minimum(mb[:, None], np.maximum(per_chunk, 1.0))
+    else:  # packed by tokens: as many micro-batches as the rank's tokens fill budgets, samples shared evenly
+        m = np.where(per_chunk > 0, np.ceil(per_chunk * tok / ctx.micro_batch_tokens), 0.0)
+        mb_eff = np.maximum(per_chunk / np.maximum(m, 1.0), 1.0)
     # one layer, one micro-batch on a pool's GPU: matmuls over tp GPUs, element-wise kernels through
     # HBM (score-matrix passes when attention is unfused), TP all-reduces and a per-layer floor
     rate = tp[:, None] * ctx.flops * e["mfu"]
