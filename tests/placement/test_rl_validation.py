@@ -54,3 +54,9 @@ def test_a_token_budget_cuts_the_update_into_as_many_micro_batches_as_its_tokens
     # four times the budget: fewer micro-batches, a faster step, as the published pair (145 s -> 120 s)
     big = rv.predict_step(dict(row, micro_batch_tokens=str(4 * budget), micro_batch="4"), tmp_path)
     assert big["step_s"] < rv.predict_step(row, tmp_path)["step_s"]
+    # and its memory holds the budget's samples, not the micro_batch column's
+    from problems.placement.model.memory import train_memory
+
+    acts = train_memory(prob.ctx, f, tr["dp"], tr["micro_batches"])["activations"]
+    prob.ctx.micro_batch_tokens = 4 * budget
+    assert (train_memory(prob.ctx, f, tr["dp"], tr["micro_batches"])["activations"] > acts).all()

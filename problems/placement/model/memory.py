@@ -271,8 +271,10 @@ def train_memory(ctx: ModelContext, f: dict[str, np.ndarray], dp, n_micro) -> di
     checkpointing recomputes as full recomputation does, so it fragments the allocator the same way."""
     tp, pp, sh, off, ep = f["tp"], f["pp"], f["sharding"], f["optimizer_offload"], f.get("ep")
     parts = model_state_parts(ctx, tp, pp, dp, sh, off, ep)
-    acts = activation_bytes(ctx, tp[:, None], pp[:, None], f["micro_batch"][:, None], f["recompute"][:, None],
-                            n_micro)
+    mb = f["micro_batch"][:, None]
+    if ctx.micro_batch_tokens is not None:  # cut by tokens (training.train_times): each holds about the budget
+        mb = np.full(mb.shape, max(ctx.micro_batch_tokens / (ctx.prompt_len + ctx.resp_mean), 1.0))
+    acts = activation_bytes(ctx, tp[:, None], pp[:, None], mb, f["recompute"][:, None], n_micro)
     gathered = gathered_bytes(ctx, tp, pp, dp, sh, ep)[:, None]
     casts, step = (np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, sh, off, f["recompute"], ep))
     rec = (np.asarray(f["recompute"]).astype(bool) | ctx.selective_op)[:, None]
