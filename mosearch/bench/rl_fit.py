@@ -130,7 +130,9 @@ def _to_z(theta):
 # or that one, colocated or not), and a source's rows share errors that cancel in them. Chosen among 0, 1, 2
 # and 4 by the leave-one-source-out median of the complete rows (19.6%, 19.1%, 18.5%, 22.2%). With EasyR1
 # v0.3.2's micro-batches cut by tokens as its code does, the four give 20.5%, 20.0%, 20.4%, 20.5%: no weight
-# stands out there, and 2 is kept, which holds the training set's pairs closer (worst 27.9%, 18.6%, 14.7%, 13.0%)
+# stands out there, and 2 is kept, which holds the training set's pairs closer (worst 27.9%, 18.6%, 14.7%, 13.0%).
+# With EasyR1's versions keyed apart (v0.3.2 scores the reward during the log-prob passes): 15.2%, 15.1%, 15.4%,
+# 17.3%, worst in-sample pair 26.0%, 18.0%, 14.5%, 13.0%; 2 is kept by the same reading
 PAIR_WEIGHT = 2.0
 
 

@@ -284,9 +284,7 @@ NOTES = """
 - Pairs left out: a GPU type seen only in one source (MI300X, L20) is at its prior when that source is left out;
   with the committed fit the H100 / MI300X ratios are within 3-15% (MI300X measured 1-19% faster, predicted 7-12%
   faster; the deepseek-llm-7b PPO pair, measured 0.81, is the one beyond 10%: its MHA KV cache is 8x Qwen2's, and
-  the PPO script's 0.4 memory share leaves the H100 engines short of it); EasyR1 v0.3.2's
-  micro-batch pair (dynamic batching packs by tokens, so the micro-batch column is not what ran) cannot be told
-  apart.
+  the PPO script's 0.4 memory share leaves the H100 engines short of it).
 - Training iterations (mosearch/bench/e2e_validation.py) and this project's trainer on an H200 are unchanged by
   this fit (it does not touch Hopper's training efficiencies): torchtitan's A100, FP8 and 2D/3D rows stay 17-30%
   too fast.

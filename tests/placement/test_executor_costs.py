@@ -41,6 +41,32 @@ def test_fixed_and_per_sample_terms_land_on_their_stages():
     assert np.all(b["step_s"] >= a["step_s"] - 1e-9)
 
 
+def test_a_reward_scored_during_the_log_prob_passes_hides_behind_them():
+    prob = problem("mixed-8", "qwen2.5-7b-grpo")
+    X = _plans(prob)
+    prob.ctx.fitted_steps = {"sample_s": 0.01}
+    reward = 0.01 * prob.ctx.samples
+    a = prob.evaluate_matrix(X)
+    prob.ctx.steps = dataclasses.replace(prob.ctx.steps, reward_overlaps_experience=True)
+    b = prob.evaluate_matrix(X)
+    saved = a["rollout_s"] - b["rollout_s"]
+    assert np.all(saved > 0) and np.all(saved <= reward + 1e-9)
+    assert np.all(saved < a["train_compute_s"])  # the forward-only passes are part of the training compute
+    # no forward-only pass to hide behind (the engine's log-probs, no reference): the reward is paid in full
+    prob.ctx.steps = dataclasses.replace(step_costs("areal", "1.0.4"), reward_overlaps_experience=True)
+    prob.ctx.has_reference = False
+    c = prob.evaluate_matrix(X)
+    prob.ctx.steps = step_costs("areal", "1.0.4")
+    d = prob.evaluate_matrix(X)
+    assert c["rollout_s"] == pytest.approx(d["rollout_s"])
+
+
+def test_easyr1_scores_the_reward_off_the_driver_from_0_3_1():
+    assert not step_costs("easyr1", "0.3.0").reward_overlaps_experience
+    assert step_costs("easyr1", "0.3.2").reward_overlaps_experience and step_costs("easyr1").version == "0.3.2"
+    assert not step_costs("verl").reward_overlaps_experience
+
+
 def test_states_kept_on_the_gpu_switch_faster():
     prob = problem("mixed-8", "qwen2.5-7b-grpo")
     X = _plans(prob)

@@ -35,6 +35,8 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
     # the executor's own per-step work (model/executor_costs.py): per sample on the rollout side (reward
     # scoring, the driver's data handling), fixed per step on the training side (sleep/wake, round trips)
     ex_train, ex_roll = executor_terms(ctx, colo, ctx.samples)
+    if ctx.steps.reward_overlaps_experience:  # scored while the log-prob and reference passes run
+        ex_roll = np.maximum(ex_roll - tr["experience_s"], 0.0)
     call = call + ex_roll
     for key in ("rollout_s", "rollout_bulk_s", "rollout_tail_s"):
         ro[key] = ro[key] + call

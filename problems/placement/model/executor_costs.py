@@ -21,6 +21,10 @@ the key where it changes a default):
   (`engine/fsdp.yaml`, `engine/megatron.yaml`: param_offload / optimizer_offload False), AReaL 1.0.4
   too (`offload` False); EasyR1 v0.3 offloads parameters and optimizer (its defaults) and reloads the
   parameters for each training-side phase (`param_phases`).
+- `reward_overlaps_experience`: where the reward is scored. verl's trainer scores it on the driver between
+  generation and the log-prob passes (`reward.launch_reward_fn_async` False by default), as EasyR1 v0.3.0 did;
+  EasyR1 from v0.3.1 sends it to a Ray actor and collects it after the old log-prob and reference passes, so
+  the per-sample cost `sample_s` is paid only beyond those passes (`experience_s` of model/training.py).
 - the engine's sleep and wake of a colocated step (vLLM sleep level 1: weights to the host, KV cache
   freed; wake_up rebuilds the KV cache: verl `free_cache_engine: True`, `vllm_async_server.py` sleep /
   wake_up) and the weights' resharding into the engine: the weight copy is in `flow.switch_s` and
@@ -52,6 +56,11 @@ class StepCosts:
     states_offloaded: bool = True
     param_phases: int = 0  # training-side phases that reload offloaded parameters (old log-probs, ref, update)
     source: str = ""
+    # the reward is scored off the driver's thread while the old log-prob and reference passes run, and collected
+    # after them (EasyR1 from v0.3.1: `reward_ref = self.reward_fn.compute_reward.remote(batch)` before the "old"
+    # and "ref" timers, `ray.get(reward_ref)` under "adv", ray_trainer.py; #252): the per-sample cost hides
+    # behind those passes; elsewhere (verl's `launch_reward_fn_async` False, EasyR1 v0.3.0) it runs before them
+    reward_overlaps_experience: bool = False
     # the frozen reference's weights live on the host (verl's ref `param_offload`, EasyR1's ref FSDP CPU offload):
     # they take no GPU memory between its passes (a run's setting; the versions' defaults keep it on the GPU)
     reference_on_host: bool = False
@@ -79,8 +88,13 @@ STEP_COSTS: dict[tuple[str, str], StepCosts] = {
                                     "(use_rollout_log_probs), no trainer pass"),
     ("verl", "f252da3"): _T("verl", "f252da3", True, True, True, 3,
                             "the GRPO benchmark script: SGLang with CUDA graphs, FSDP param + optimizer offload"),
-    ("easyr1", "0.3"): _T("easyr1", "0.3", True, True, True, 3,
-                          "EasyR1 v0.3 examples/config.yaml: enforce_eager false, offload_params/optimizer true"),
+    ("easyr1", "0.3.2"): _T("easyr1", "0.3.2", True, True, True, 3,
+                            "EasyR1 v0.3.2 examples/config.yaml: enforce_eager false, offload_params/optimizer true; "
+                            "reward scored in a Ray actor during the log-prob passes (ray_trainer.py)",
+                            reward_overlaps_experience=True),
+    ("easyr1", "0.3.0"): _T("easyr1", "0.3.0", True, True, True, 3,
+                            "EasyR1 v0.3.0 examples/config.yaml: enforce_eager false, offload_params/optimizer true; "
+                            "reward scored on the driver before the log-prob passes (ray_trainer.py)"),
     ("areal", "1.0.4"): _T("areal", "1.0.4", True, False, False, 0,
                            "cli_args.py: enforce_eager False, recompute_logprob False, offload False"),
     ("areal", "0.3"): _T("areal", "0.3", True, True, False, 0,

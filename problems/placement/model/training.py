@@ -333,6 +333,11 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     opt = np.where(f["optimizer_offload"].astype(bool), off, on_gpu)
     u = float(ctx.updates)
     compute, dp_sync, opt = u * compute, u * dp_sync, u * opt
+    # the forward-only passes over the batch (old log-probs, reference, critic values): their share of the
+    # matmul work, what an executor scoring the reward meanwhile has to hide it behind
+    n_exp = (n_fwd - 1.0 - f["recompute"].astype(float) * (1.0 + ctx.has_critic)
+             - float(ctx.rl_passes and ctx.has_critic))
+    experience = compute * np.maximum(n_exp, 0.0) / passes
     return {
         "train_compute_s": compute,
         "pipeline_bubble_s": u * bubble,
@@ -342,6 +347,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
         "dp_sync_s": dp_sync,
         "optimizer_s": opt,
         "train_s": compute + dp_sync + opt,
+        "experience_s": experience,
         "dp": dp,
         "micro_batches": m,
         "train_flops": flops_sample * ctx.samples,
