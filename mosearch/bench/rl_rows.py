@@ -162,3 +162,43 @@ def generation_context(r: dict):
 
     ctx = build_context(cl, wl, {gpu.name: {"decode_layer_s": EAGER_DECODE_LAYER_S}} if r["eager"] == "1" else None)
     return ctx, tp
+
+
+# EasyR1's device peaks for its MFU (verl/utils/flops_counter.py get_device_flops, v0.3.0 and v0.3.2 alike; dense
+# BF16 tensor FLOP/s): what its `perf/mfu_actor` divides by, so what reading it back multiplies by
+EASYR1_PEAK_FLOPS = {"H100": 989e12, "H800": 989e12, "A100": 312e12, "A800": 312e12, "L40": 181.05e12,
+                     "L20": 119.5e12, "H20": 148e12}
+
+
+def published_update_s(r: dict, ctx) -> float | None:
+    """The update phase's seconds a row's published actor MFU stands for (column `actor_mfu`): EasyR1's
+    FlopsCounter estimate (6 x the dense parameters x the step's tokens, plus 12 x the sum of squared sequence
+    lengths x head_dim x heads x layers) over MFU x its device peak x the GPUs. The tokens are the row's samples x
+    (prompt + mean response), as its throughput column counts them; the squared lengths come from the workload's
+    length distribution (`ctx.lengths`; the attention term is 2-4% of the estimate here). None without a figure."""
+    mfu = r.get("actor_mfu")
+    if not mfu:
+        return None
+    head_dim = ctx.hidden // ctx.heads
+    dense = ctx.layers * (ctx.hidden * ctx.ffn * 3 + ctx.hidden * (2 * ctx.heads * head_dim + 2 * ctx.kv_dim)) \
+        + 2 * ctx.vocab * ctx.hidden
+    tok = ctx.prompt_len + ctx.resp_mean
+    sq = tok ** 2 if ctx.lengths is None else ctx.lengths.mean_square(ctx.prompt_len)
+    flops = 6.0 * dense * ctx.samples * tok + 12.0 * ctx.samples * sq * head_dim * ctx.heads * ctx.layers
+    gpus = int(r["nodes"]) * int(r["gpus_per_node"])
+    return flops / (float(mfu) * EASYR1_PEAK_FLOPS[r["gpu"]] * gpus)
+
+
+def predict_update_s(r: dict, tmp: Path) -> tuple[float, float | None]:
+    """(the model's update phase, the published one) for one row: the training stage with the forward-only
+    passes (old log-probs, reference) and the executor's per-step and per-sample seconds taken out, as the
+    source's update timer counts it (EasyR1 times `update_policy`: the micro-batches' forward and backward, and
+    the optimizer steps, with the parameters already loaded)."""
+    prob, x = build_problem(r, tmp)
+    ctx = prob.ctx
+    pub = published_update_s(r, ctx)
+    ctx.has_reference = False
+    ctx.steps = dataclasses.replace(ctx.steps, old_logprob_pass=False)
+    ctx.fitted_steps = {k: v for k, v in ctx.fitted_steps.items() if k == "microbatch_s"}
+    ctx.__dict__.pop("_unit_costs", None)
+    return float(prob.evaluate_matrix(x[None, :])["train_s"][0]), pub

@@ -60,3 +60,21 @@ def test_a_token_budget_cuts_the_update_into_as_many_micro_batches_as_its_tokens
     acts = train_memory(prob.ctx, f, tr["dp"], tr["micro_batches"])["activations"]
     prob.ctx.micro_batch_tokens = 4 * budget
     assert (train_memory(prob.ctx, f, tr["dp"], tr["micro_batches"])["activations"] > acts).all()
+
+
+def test_a_published_actor_mfu_reads_back_as_the_update_phase_seconds(tmp_path):
+    from mosearch.bench.rl_rows import build_problem, predict_step, predict_update_s, published_update_s
+
+    row = next(r for r in rv.load_steps() if r["id"] == "easyr1-v032-qwen25vl-7b-h100-amp-mb1")
+    # EasyR1's dense count from Qwen2.5-7B's published config (hidden 3584, intermediate 18944, 28 layers, 28
+    # heads, 4 KV heads, vocabulary 152064): 6 x N x tokens over MFU x 989 TFLOP/s x 8 GPUs, attention on top
+    n = 28 * (3584 * 18944 * 3 + 3584 * (3584 + 512 + 512 + 3584)) + 2 * 152064 * 3584
+    dense_only = 6 * n * 2560 * (256 + 469) / (0.160 * 989e12 * 8)
+    prob, _ = build_problem(row, tmp_path)
+    pub = published_update_s(row, prob.ctx)
+    assert dense_only < pub < 1.05 * dense_only
+    assert published_update_s(dict(row, actor_mfu=""), prob.ctx) is None
+    pred, pub2 = predict_update_s(row, tmp_path)
+    assert pub2 == pytest.approx(pub)
+    step = predict_step(row, tmp_path)
+    assert 0 < pred < step["train_s"]  # the forward-only passes and the executor's seconds are taken out
