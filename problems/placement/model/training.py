@@ -54,18 +54,20 @@ ADAMW_FOREACH_BYTES = 84.0
 GRAD_CLIP_BYTES = 12.0
 
 
+def forward_only_passes(ctx: ModelContext) -> float:
+    """Forward-only passes over the batch per step: the old log-probs where the executor recomputes them, the
+    reference, the critic's values; none in a plain training job."""
+    if not ctx.rl_passes:
+        return 0.0
+    return float(ctx.steps.old_logprob_pass) + float(ctx.has_reference) + float(ctx.has_critic)
+
+
 def pass_counts(ctx: ModelContext, recompute):
     """(forward passes, backward passes) per sample and step, as multiples of one actor forward."""
     rec = recompute.astype(float)
-    if not ctx.rl_passes:  # a plain training job: forward (+ recompute) and backward
-        return 1.0 + rec, 1.0
-    # actor fwd (+recompute) + old log-probs where the executor recomputes them (+ reference)
-    fwd = 1.0 + rec + float(ctx.steps.old_logprob_pass) + ctx.has_reference
-    bwd = 1.0
-    if ctx.has_critic:
-        fwd = fwd + 1.0 + rec + 1.0  # critic fwd (+recompute) + value pass
-        bwd = bwd + 1.0
-    return fwd, bwd
+    # actor fwd (+recompute), the forward-only passes, and the critic's training fwd (+recompute) and backward
+    critic = float(ctx.rl_passes and ctx.has_critic)
+    return 1.0 + rec + forward_only_passes(ctx) + critic * (1.0 + rec), 1.0 + critic
 
 
 def layer_fwd_flops(params_per_layer, q_dim, seq, seqs, attn_context):
@@ -335,9 +337,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     compute, dp_sync, opt = u * compute, u * dp_sync, u * opt
     # the forward-only passes over the batch (old log-probs, reference, critic values): their share of the
     # matmul work, what an executor scoring the reward meanwhile has to hide it behind
-    n_exp = (n_fwd - 1.0 - f["recompute"].astype(float) * (1.0 + ctx.has_critic)
-             - float(ctx.rl_passes and ctx.has_critic))
-    experience = compute * np.maximum(n_exp, 0.0) / passes
+    experience = compute * forward_only_passes(ctx) / passes
     return {
         "train_compute_s": compute,
         "pipeline_bubble_s": u * bubble,
