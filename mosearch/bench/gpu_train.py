@@ -24,6 +24,7 @@ writes the table of predicted beside measured.
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
 import statistics
@@ -448,7 +449,8 @@ def compare(args) -> int:
     grid = head.get("grid") or ("probe" if heads else "main")
     grid = "" if grid == "main" else f" --grid {grid}" + (" --steps-only" if not checks else "")
     lines = [f"# The trainer's step on {head['gpu']}, measured, beside the model's prediction", "",
-             _measured_at(head, args.file), "",
+             _measured_at(head, args.file) + f" Predicted by the model at commit {provenance.commit()} on "
+             f"{_dt.date.today().isoformat()}.", "",
              f"PyTorch {head['torch']} (CUDA {head['cuda']}), transformers {head['transformers']}. Measured with "
              f"`python -m mosearch.bench.gpu_train measure{grid} --out {args.file}`; this table: "
              f"`python -m mosearch.bench.gpu_train compare {args.file} --out {args.out}`.", "",
@@ -456,8 +458,9 @@ def compare(args) -> int:
              "initialised model of the catalog's architecture on one GPU, over micro-batch x micro-batches "
              "sequences; the time is the median of 3 steps after a warm-up step; the memory is PyTorch's "
              "peak allocated and reserved over those steps. Predicted: `predict_training` for the same job "
-             f"on {gpu} (eager element-wise kernels, flash attention, `amp_autocast`: the trainer's autocast, AdamW "
-             "and loss); the predicted memory is shown without "
+             f"on {gpu} (eager element-wise kernels, `amp_autocast`: the trainer's autocast, AdamW and loss, and "
+             "attention as PyTorch's SDPA runs it: flash in bf16, the math kernel for fp32 and tf32 grouped-query "
+             "attention, `memory.sdpa_paths`); the predicted memory is shown without "
              "the model's runtime share (CUDA context and libraries, which PyTorch's counters do not see).", ""]
     if checks:
         lines += ["## The trainer's CUDA path", "", "| check | result | detail |", "| --- | --- | --- |"]

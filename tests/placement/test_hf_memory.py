@@ -6,6 +6,7 @@ allocated memory agreed within 1% median, results/bench/gpu_train.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -15,11 +16,16 @@ import torch
 from problems.placement.predict import TrainingJob, predict_training
 
 SEQ = 64
+LAYER_WEIGHTS = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 352  # the small layer's q, o; k, v; gate, up, down
 
 
 def _saved_bytes(layers: int, autocast: bool, hidden=128, ffn=352, heads=4, kv_heads=2, seq=SEQ,
-                 dtype=torch.float32) -> int:
-    """Bytes of the distinct tensors (not parameters) autograd saves in one forward of a Qwen2 model."""
+                 dtype=torch.float32, padded=False, math_kernel=False) -> int:
+    """Bytes of the distinct tensors (not parameters) autograd saves in one forward of a Qwen2 model, per
+    sample. `padded`: two samples, the second right-padded by 3 tokens, with their attention mask, as the
+    trainer's micro-batches of samples of different lengths run; `math_kernel`: PyTorch's math kernel
+    forced (the composite implementation every device runs when no fused kernel takes the call)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -36,11 +42,17 @@ def _saved_bytes(layers: int, autocast: bool, hidden=128, ffn=352, heads=4, kv_h
             seen.setdefault(st.data_ptr(), st.nbytes())
         return t
 
-    ids = torch.randint(0, 97, (1, seq))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    batch = 2 if padded else 1
+    ids = torch.randint(0, 97, (batch, seq))
+    mask = None
+    if padded:
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        mask[1, -3:] = 0
+    kernel = sdpa_kernel([SDPBackend.MATH]) if math_kernel else contextlib.nullcontext()
+    with kernel, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            model(input_ids=ids)
-    return sum(seen.values())
+            model(input_ids=ids, attention_mask=mask)
+    return sum(seen.values()) // batch
 
 
 def _ctx(precision: str, amp: bool = True):
@@ -66,8 +78,7 @@ def test_a_decoder_layer_saves_what_the_model_counts(precision, autocast, weight
              for n in (SEQ, 2 * SEQ)}
     measured = (layer[2 * SEQ] - layer[SEQ]) / SEQ
     casts = layer[SEQ] - measured * SEQ
-    weights = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 352  # q, o; k, v; gate, up, down
-    assert casts == pytest.approx(2 * weights if autocast else 0, abs=2 * (128 + 2 * 64))  # (+ q/k/v biases)
+    assert casts == pytest.approx(2 * LAYER_WEIGHTS if autocast else 0, abs=2 * (128 + 2 * 64))  # (+ q/k/v biases)
     ctx = dataclasses.replace(_ctx(precision, amp=autocast or weights == torch.float32), hidden=128, ffn=352,
                               heads=4, q_dim=128, kv_dim=64)
     assert float(hf_layer_bytes_per_token(ctx, np.array(1.0))) == pytest.approx(measured, rel=1e-9)
@@ -112,3 +123,78 @@ def test_the_memory_breakdown_adds_up_to_its_peak():
         assert m["allocated"] == pytest.approx(states + max(dynamic, m["optimizer_step_temporaries"]) + m["runtime"],
                                                rel=1e-9)
         assert m["reserved"] == pytest.approx(m["allocated"] + m["allocator_waste"], rel=1e-9)
+
+
+def _layer_bytes(autocast: bool, dtype, seq: int, **kw) -> int:
+    """One decoder layer's saved bytes per sample at `seq` tokens: the model with two layers minus the
+    model with one (the embedding, the final norm and the head's input cancel)."""
+    return _saved_bytes(2, autocast, seq=seq, dtype=dtype, **kw) - _saved_bytes(1, autocast, seq=seq, dtype=dtype, **kw)
+
+
+def _small(ctx):
+    return dataclasses.replace(ctx, hidden=128, ffn=352, heads=4, q_dim=128, kv_dim=64)
+
+
+def test_an_fp32_grouped_query_attention_on_the_math_kernel_saves_what_the_model_counts():
+    """Without padding transformers passes `enable_gqa`, which only flash attention takes, in 16-bit: fp32
+    runs PyTorch's math kernel. It keeps the softmax (heads x length per token, fp32), and q, k and v with
+    every query head, and no log-sum-exp; the model counts that per token at two lengths."""
+    from problems.placement.model.memory import hf_layer_bytes_per_token
+
+    ctx = _small(_ctx("fp32"))
+    for seq in (SEQ, 2 * SEQ):
+        measured = _layer_bytes(False, torch.float32, seq, math_kernel=True)
+        per_token = float(hf_layer_bytes_per_token(ctx, np.array(1.0), True, True)) + 4.0 * ctx.heads * seq
+        assert measured == pytest.approx(seq * per_token, rel=1e-9)
+
+
+@pytest.mark.parametrize("precision,autocast,weights", [("bf16", True, torch.float32), ("fp32", False, torch.float32)])
+def test_a_padded_micro_batch_saves_repeated_keys_and_the_mask_in_every_layer(precision, autocast, weights):
+    """A padding mask: transformers repeats k and v to the query heads, and PyTorch converts the boolean
+    mask to the query's dtype at every layer's call and keeps it for the backward (one row of the padded
+    length per token); flash-type kernels keep their log-sum-exp. Autocast's bf16 casts of the layer's
+    weights, one per forward (counted apart, `hf_step_extras`), are taken out of the two samples' bytes."""
+    from problems.placement.model.memory import hf_layer_bytes_per_token
+
+    ctx = _small(_ctx(precision, amp=True))
+    for seq in (SEQ, 2 * SEQ):
+        measured = _layer_bytes(autocast, weights, seq, padded=True) - (2 * LAYER_WEIGHTS // 2 if autocast else 0)
+        per_token = float(hf_layer_bytes_per_token(ctx, np.array(1.0), True, False)) + ctx.bpe * seq
+        assert measured == pytest.approx(seq * per_token, rel=1e-9)
+
+
+def test_the_trainers_attention_path_follows_its_precision_and_padding():
+    """`sdpa_paths`: a fixed-length training job runs unpadded (the math kernel in fp32 only); an RL
+    workload's micro-batches of several samples of different lengths are padded, a one-sample one is not."""
+    from problems.placement.model.memory import sdpa_paths
+
+    mb = np.array([1, 4])
+    padded, math = sdpa_paths(_ctx("fp32"), mb)
+    assert not padded.any() and math.all()
+    padded, math = sdpa_paths(_ctx("bf16"), mb)
+    assert not padded.any() and not math.any()
+    rl = dataclasses.replace(_ctx("bf16"), resp_mean=300, resp_max=1024)
+    padded, math = sdpa_paths(rl, mb)
+    assert list(padded) == [False, True] and not math.any()
+    padded, math = sdpa_paths(dataclasses.replace(rl, bpe=4), mb)
+    assert list(padded) == [False, True] and list(math) == [True, False]
+    # a framework's own kernels (no amp_autocast): neither
+    padded, math = sdpa_paths(dataclasses.replace(rl, amp_autocast=False), mb)
+    assert not padded.any() and not math.any()
+
+
+def test_an_fp32_training_job_is_timed_and_sized_with_the_full_score_matrix():
+    """The trainer's fp32 grouped-query attention runs PyTorch's math kernel: the same step and activations
+    as Hugging Face's eager (unfused) attention, which keeps the same tensors in fp32 (q, k and v with every
+    query head, the fp32 softmax), and the full score matrix (4 bytes x heads x length per token and layer)
+    beyond what the flash attention of a framework's own kernels keeps."""
+    base = dict(model="qwen2.5-1.5b", gpu="H200", precision="fp32", seq_len=2048, global_batch=2, micro_batch=2,
+                elementwise_kernels="eager")
+    math = predict_training(TrainingJob(amp_autocast=True, **base))
+    eager = predict_training(TrainingJob(amp_autocast=True, attention="unfused", **base))
+    assert math["step_s"] == pytest.approx(eager["step_s"], rel=1e-12)
+    assert math["memory_gb"]["activations"] == pytest.approx(eager["memory_gb"]["activations"], rel=1e-12)
+    flash = predict_training(TrainingJob(**base))
+    ctx = _ctx("fp32")
+    scores = 2 * 2048 * ctx.layers * 4.0 * ctx.heads * 2048 / 1e9  # GB, micro-batch 2
+    assert math["memory_gb"]["activations"] - flash["memory_gb"]["activations"] > scores

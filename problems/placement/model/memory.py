@@ -170,9 +170,14 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         per_layer_kept = np.where(full_rec, per_layer_kept, s * mb * (per_tok * ctx.bpe + lse))
     if eager_layers(ctx) and not ctx.selective_op:
         # Hugging Face's eager attention (unfused) saves the fp32 softmax and, in 16-bit, its cast that multiplies
-        # V (attention dropout 0 in Qwen2 / Llama configs: PyTorch's dropout returns its input at p = 0, no mask)
-        hf_scores = 0.0 if ctx.flash else ctx.heads / tp * s * (4.0 + (ctx.bpe if ctx.bpe < 4 else 0.0))
-        per_layer_full = s * mb * (hf_layer_bytes_per_token(ctx, tp) + hf_scores)
+        # V (attention dropout 0 in Qwen2 / Llama configs: PyTorch's dropout returns its input at p = 0, no mask);
+        # PyTorch's math kernel (`sdpa_paths`) saves the softmax in the working precision, fp32 there; a padded
+        # micro-batch's layers each keep the mask, one row of the padded length per token, unsplit by TP
+        padded, math = sdpa_paths(ctx, mb)
+        unfused = math | (not ctx.flash)
+        hf_scores = np.where(unfused, ctx.heads / tp * s * (4.0 + (ctx.bpe if ctx.bpe < 4 else 0.0)), 0.0)
+        hf_scores = hf_scores + np.where(padded, ctx.bpe * s, 0.0)
+        per_layer_full = s * mb * (hf_layer_bytes_per_token(ctx, tp, padded | unfused, unfused) + hf_scores)
         # recomputation keeps each layer's input: the residual stream, fp32 under autocast and in fp32
         residual = 4.0 if ctx.amp_autocast or ctx.bpe >= 4 else float(ctx.bpe)
         per_layer_kept = np.where(full_rec, s * mb * ctx.hidden * residual, per_layer_full)
@@ -197,7 +202,28 @@ def eager_layers(ctx: ModelContext) -> bool:
     return bool(ctx.eager_norm and ctx.eager_rope and ctx.eager_act)
 
 
-def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
+def sdpa_paths(ctx: ModelContext, mb) -> tuple[np.ndarray, np.ndarray]:
+    """How PyTorch's scaled_dot_product_attention runs a Hugging Face layer's attention in this project's
+    trainer (`amp_autocast`), per micro-batch size `mb`: (the micro-batch is padded, the math kernel runs).
+    The trainer right-pads a micro-batch of samples of different lengths and passes the padding mask;
+    transformers (integrations/sdpa_attention.py `use_gqa_in_sdpa`) then repeats a grouped-query
+    attention's k and v to the query heads (`repeat_kv`), and PyTorch converts the boolean mask to one in
+    the query's dtype at every call, which the memory-efficient kernel saves for its backward
+    (aten/src/ATen/native/transformers/attention.cpp: convert_boolean_attn_mask, preprocess_mask).
+    Without padding transformers passes no mask and `enable_gqa=True`; of PyTorch's CUDA kernels only flash
+    attention takes that, and only in 16-bit, so an fp32 grouped-query attention falls back to the math
+    kernel, which keeps the full score matrix (PyTorch issue 139586; transformers pull request 46960).
+    Lengths differ in an RL workload (mean response below the limit), not in a training job of
+    fixed-length sequences. All False for a framework's own kernels or unfused attention (counted apart)."""
+    mb = np.asarray(mb)
+    if not (ctx.amp_autocast and ctx.flash):
+        return np.zeros(mb.shape, bool), np.zeros(mb.shape, bool)
+    padded = (mb > 1) & (ctx.resp_max > ctx.resp_mean) & (not ctx.packing)
+    math = ~padded & (ctx.bpe >= 4) & (ctx.kv_dim < ctx.q_dim)
+    return padded, math
+
+
+def hf_layer_bytes_per_token(ctx: ModelContext, tp, kv_repeated=False, unfused=False) -> np.ndarray:
     """Bytes a Hugging Face decoder layer (Qwen2 / Llama: RMSNorm, RoPE, SDPA flash attention, SwiGLU)
     saves for backward per token, counted from the tensors autograd saves (module doc;
     tests/placement/test_hf_memory.py counts them): fp32 tensors of the hidden size and a per-token fp32
@@ -206,7 +232,9 @@ def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
     four tensors of the MLP width. How many hidden-size tensors in fp32 and in the working precision: four
     and five under bf16 autocast over fp32 weights (the residual stream stays fp32, autocast saves its
     casts), two and four with the weights in bf16 (FSDP's mixed precision), four and two in fp32. TP
-    splits the heads and the MLP width (no sequence parallelism)."""
+    splits the heads and the MLP width (no sequence parallelism). `kv_repeated`: k and v saved with every
+    query head (`sdpa_paths`, and Hugging Face's eager attention); `unfused`: a kernel without a
+    log-sum-exp (its score matrix is counted by the caller)."""
     e = float(ctx.bpe)
     if ctx.bpe >= 4:
         n32, n_hidden = 4.0, 2.0
@@ -214,8 +242,10 @@ def hf_layer_bytes_per_token(ctx: ModelContext, tp) -> np.ndarray:
         n32, n_hidden = 4.0, 5.0
     else:
         n32, n_hidden = 2.0, 4.0
-    width = (2.0 * ctx.q_dim + 2.0 * ctx.kv_dim + 4.0 * ctx.ffn) / tp
-    return 4.0 * n32 * ctx.hidden + 4.0 + 4.0 + 4.0 * ctx.heads / tp + e * (n_hidden * ctx.hidden + width)
+    kv = np.where(kv_repeated, ctx.q_dim, ctx.kv_dim)
+    width = (2.0 * ctx.q_dim + 2.0 * kv + 4.0 * ctx.ffn) / tp
+    lse = np.where(unfused, 0.0, 4.0 * ctx.heads / tp)
+    return 4.0 * n32 * ctx.hidden + 4.0 + 4.0 + lse + e * (n_hidden * ctx.hidden + width)
 
 
 def hf_step_extras(ctx: ModelContext, tp, pp, dp, sharding, offload, recompute, ep=None) -> tuple[np.ndarray, np.ndarray]:

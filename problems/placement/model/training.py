@@ -27,7 +27,7 @@ import numpy as np
 
 from problems.placement.model.comm import (dp_gradient_sync_s, dp_ring_bw, fsdp_collectives, fsdp_traffic_s,
                                            ring_allreduce_s, tp_collectives)
-from problems.placement.model.memory import (SHARD_NONE, eager_layers, params_per_gpu, params_sharded,
+from problems.placement.model.memory import (SHARD_NONE, eager_layers, params_per_gpu, params_sharded, sdpa_paths,
                                              selective_op_split, state_bytes_per_param)
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
@@ -174,7 +174,10 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # per sample and one forward: a layer's matmuls (attention over half the keys with causal flash
     # attention, all of them where the kernel computes the full score matrix) and the LM head
     # a mixture of experts computes on its active parameters (ModelContext.compute_params_per_layer)
-    layer_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1, tok2 / tok / 2.0 if ctx.flash else tok2 / tok)
+    # (N,): PyTorch's math kernel where this project's trainer's fp32 grouped-query attention falls back to it
+    unfused = sdpa_paths(ctx, mb)[1] | (not ctx.flash)
+    layer_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1,
+                              np.where(unfused, tok2 / tok, tok2 / tok / 2.0))
     weight_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
     attn_f = layer_f - weight_f  # QK^T and AV: BF16 in an FP8 run (`ctx.flops_hp`)
     head_f = 2.0 * ctx.vocab * ctx.hidden * tok
@@ -203,7 +206,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # HBM (score-matrix passes when attention is unfused), TP all-reduces and a per-layer floor
     rate = tp[:, None] * ctx.flops * e["mfu"]
     rate_hp = rate if ctx.flops_hp is None else tp[:, None] * ctx.flops_hp * e["mfu"]
-    score = 0.0 if ctx.flash else ctx.heads / tp * tok2
+    score = np.where(unfused, ctx.heads / tp * tok2, 0.0)
     sp = np.where(ctx.sequence_parallel, tp, 1).astype(float)
     ew_f, ew_b = layer_elementwise_bytes(tok, ctx.hidden, ctx.ffn / tp, ctx.bpe, ctx.gated, score, ctx.bpe == 2, sp)
     if ctx.eager_norm or ctx.eager_rope or ctx.eager_act:  # eager PyTorch ops: several kernels per norm, RoPE, act.
@@ -219,11 +222,8 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # flash attention: its own kernels' efficiency (`attn_eff`, FlashAttention-2's published share of the
     # peak), and a backward of 2.5 forwards (it recomputes the scores: five matmuls to the forward's two,
     # Dao 2023); unfused attention is plain matmuls at mfu, two forwards per backward
-    if ctx.flash:
-        attn_passes = n_fwd + 2.5 * n_bwd
-        rate_attn = rate_hp * (e["attn_eff"] / e["mfu"])
-    else:
-        attn_passes, rate_attn = passes, rate_hp
+    attn_passes = np.where(unfused, passes, n_fwd + 2.5 * n_bwd)
+    rate_attn = np.where(col(unfused), rate_hp, rate_hp * (e["attn_eff"] / e["mfu"]))
     matmul = (passes * weight_f + sel_f)[:, None] / rate + (attn_passes * attn_f)[:, None] / rate_attn
     layer = (mb_eff * matmul + mb_eff * ew_sample[:, None] / (ctx.hbm * e["elementwise_eff"])
              + tp_comm + e["layer_s"])
