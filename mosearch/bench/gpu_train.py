@@ -63,7 +63,11 @@ PROBE_GRID = [(m, "bf16", 128, 1, n, rc) for m in ("qwen2.5-0.5b", "qwen2.5-1.5b
 HOLDOUT_GRID = [("r1-distill-qwen-1.5b", "bf16", 2048, 2, 3, rc) for rc in (False, True)] + [
     ("qwen2.5-0.5b", "bf16", 16384, 1, 2, True), ("qwen2.5-0.5b", "bf16", 8192, 2, 2, False),
     ("qwen2.5-1.5b", "tf32", 2048, 1, 2, True), ("qwen2.5-1.5b", "bf16", 512, 8, 4, False),
-    ("qwen2.5-3b", "bf16", 8192, 1, 2, True), ("qwen2.5-3b", "bf16", 1024, 2, 4, False)]
+    ("qwen2.5-3b", "bf16", 8192, 1, 2, True), ("qwen2.5-3b", "bf16", 1024, 2, 4, False),
+    # padded micro-batches (every second sample a quarter shorter), as the trainer's RL steps run: the mask
+    # goes to SDPA, k and v are repeated (memory.sdpa_paths); the fp32 one against the main grid's unpadded
+    # math-kernel row of the same job
+    ("qwen2.5-1.5b", "bf16", 2048, 4, 2, False, True), ("qwen2.5-0.5b", "fp32", 1024, 2, 2, False, True)]
 GRIDS = {"main": GRID, "probe": PROBE_GRID, "holdout": HOLDOUT_GRID}
 # the loss head alone: tokens of bf16 logits over the Qwen2.5 vocabulary
 LOSS_HEAD_TOKENS = (2048, 8192, 16384)
@@ -71,16 +75,32 @@ TIMED_STEPS = 3
 MODELS_YAML = Path(__file__).resolve().parents[2] / "problems" / "placement" / "data" / "models.yaml"
 
 
-def _batch(n: int, seq: int, vocab: int, seed: int):
+def _batch(n: int, seq: int, vocab: int, seed: int, padded: bool = False):
+    """`n` samples of `seq` tokens (a quarter of them prompt); `padded`: every second one a quarter of `seq`
+    shorter, so each micro-batch of two or more is padded to `seq`."""
     import random
 
     from trainer.batch import Sample
 
     rnd = random.Random(seed)
     p = seq // 4
-    return [Sample(i, [rnd.randrange(8, vocab) for _ in range(p)], [rnd.randrange(8, vocab) for _ in range(seq - p)],
-                   [-rnd.random() * 3 for _ in range(seq - p)], rnd.uniform(-1, 1), rnd.uniform(-1.5, 1.5), 0)
-            for i in range(n)]
+    out = []
+    for i in range(n):
+        c = seq - p - (seq // 4 if padded and i % 2 else 0)
+        out.append(Sample(i, [rnd.randrange(8, vocab) for _ in range(p)], [rnd.randrange(8, vocab) for _ in range(c)],
+                          [-rnd.random() * 3 for _ in range(c)], rnd.uniform(-1, 1), rnd.uniform(-1.5, 1.5), 0))
+    return out
+
+
+def _shape(r: dict) -> str:
+    """A row's micro-batches for the tables: size x count, and whether they are padded."""
+    return f"{r['micro_batch']} x {r['n_micro']}" + (" padded" if r.get("padded") else "")
+
+
+def _case(g: tuple) -> dict:
+    """A grid entry (model, precision, seq, micro-batch, micro-batches, recompute[, padded]) as a row's keys."""
+    return {"model": g[0], "precision": g[1], "seq_len": g[2], "micro_batch": g[3], "n_micro": g[4],
+            "recompute": g[5], "padded": g[6] if len(g) > 6 else False}
 
 
 def build_model(name: str, path: Path) -> Path:
@@ -303,8 +323,7 @@ def measure_steps(workdir: Path, grid, budget_s: float, out) -> list[dict]:
     for name, cases in by_model.items():
         if time.perf_counter() - t_start > budget_s:
             for c in cases:
-                rows.append({"model": c[0], "precision": c[1], "seq_len": c[2], "micro_batch": c[3], "n_micro": c[4],
-                             "recompute": c[5], "status": "skipped (time budget)"})
+                rows.append(_case(c) | {"status": "skipped (time budget)"})
                 print(json.dumps(rows[-1]), file=out, flush=True)
             continue
         path = build_model(name, workdir / name)
@@ -313,15 +332,15 @@ def measure_steps(workdir: Path, grid, budget_s: float, out) -> list[dict]:
         vocab = w.vocab
         params = sum(p.numel() for p in w.module.parameters())
         attn = getattr(w.module.config, "_attn_implementation", None)
-        for (_, prec, seq, mb, n_micro, rc) in cases:
-            row = {"model": name, "params": params, "precision": prec, "seq_len": seq, "micro_batch": mb,
-                   "n_micro": n_micro, "recompute": rc, "attn_implementation": attn}
+        for c in cases:
+            row = _case(c) | {"params": params, "attn_implementation": attn}
+            prec, seq, mb, n_micro, rc = (row[k] for k in ("precision", "seq_len", "micro_batch", "n_micro", "recompute"))
             if time.perf_counter() - t_start > budget_s:
                 rows.append(row | {"status": "skipped (time budget)"})
                 print(json.dumps(rows[-1]), file=out, flush=True)
                 continue
             _set(w, prec, rc)
-            batch = _batch(mb * n_micro, seq, vocab, seq + mb)
+            batch = _batch(mb * n_micro, seq, vocab, seq + mb, row["padded"])
             times = []
             try:
                 w.accumulate(batch, len(batch), n_micro=n_micro, last=True)  # warm-up: kernels, AdamW moments
@@ -340,7 +359,7 @@ def measure_steps(workdir: Path, grid, budget_s: float, out) -> list[dict]:
                 row |= {"status": "ok", "step_s": statistics.median(times), "step_s_all": times,
                         "states_gb": states / 1e9, "allocated_gb": torch.cuda.max_memory_allocated() / 1e9,
                         "reserved_gb": torch.cuda.max_memory_reserved() / 1e9,
-                        "tokens_s": mb * n_micro * seq / statistics.median(times)}
+                        "tokens_s": sum(len(x.prompt) + len(x.completion) for x in batch) / statistics.median(times)}
             except torch.cuda.OutOfMemoryError as e:
                 w.opt.zero_grad(set_to_none=True)
                 for p in w.params:
@@ -412,7 +431,7 @@ def predicted(steps: list[dict], gpu: str = "H200"):
         job = TrainingJob(model=r["model"], gpu=gpu, precision=r["precision"], attention="flash",
                           elementwise_kernels="eager", amp_autocast=True, seq_len=r["seq_len"],
                           global_batch=r["micro_batch"] * r["n_micro"], micro_batch=r["micro_batch"],
-                          recompute=r["recompute"], efficiencies=eff)
+                          recompute=r["recompute"], padded=r.get("padded", False), efficiencies=eff)
         yield r, predict_training(job)
 
 
@@ -479,14 +498,14 @@ def compare(args) -> int:
         m = p["memory_gb"]
         pa, pr = m["allocated"] - m["runtime"], m["reserved"] - m["runtime"]
         if r["status"] != "ok":
-            lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
+            lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {_shape(r)} | "
                          f"{'yes' if r['recompute'] else 'no'} | {r['status']} | {p['step_s']:.3f} | | | {pa:.1f} | | "
                          f"{head['memory_gb']:.0f} usable | {pr:.1f} ({'fits' if p['fits'] else 'does not fit'}) | |")
             continue
         e = errors(r, p)
         for k in errs:
             errs[k].append(e[k])
-        lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
+        lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {_shape(r)} | "
                      f"{'yes' if r['recompute'] else 'no'} | {r['step_s']:.3f} | {p['step_s']:.3f} | {e['step']:+.0%} | "
                      f"{r['allocated_gb']:.1f} | {pa:.1f} | {e['alloc']:+.0%} | {r['reserved_gb']:.1f} | {pr:.1f} | "
                      f"{e['reserved']:+.0%} |")
@@ -513,8 +532,7 @@ def predict_grid(args) -> int:
     predictions made without it)."""
     from mosearch.bench import publish
 
-    rows = [{"model": m, "precision": p, "seq_len": s, "micro_batch": mb, "n_micro": n, "recompute": rc, "status": "ok"}
-            for m, p, s, mb, n, rc in GRIDS[args.grid]]
+    rows = [_case(g) | {"status": "ok"} for g in GRIDS[args.grid]]
     lines = [f"# The model's figures for the {args.grid} grid on {args.gpu}, before it is measured", "",
              f"Made by `python -m mosearch.bench.gpu_train predict --grid {args.grid} --out {args.out}`; the "
              "memory without the model's runtime share, as PyTorch's counters see it.", "",
@@ -522,7 +540,7 @@ def predict_grid(args) -> int:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r, p in predicted(rows, args.gpu):
         m = p["memory_gb"]
-        lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {r['micro_batch']} x {r['n_micro']} | "
+        lines.append(f"| {r['model']} | {r['precision']} | {r['seq_len']} | {_shape(r)} | "
                      f"{'yes' if r['recompute'] else 'no'} | {p['step_s']:.3f} | {m['allocated'] - m['runtime']:.1f} | "
                      f"{m['reserved'] - m['runtime']:.1f} | {'yes' if p['fits'] else 'no'} |")
     publish(args.out, "\n".join(lines) + "\n")

@@ -52,6 +52,9 @@ class TrainingJob(Spec):
     attention: Literal["flash", "unfused"] = "flash"
     elementwise_kernels: ElementwiseKernels = Field(default="fused", description=ELEMENTWISE_KERNELS_HELP)
     amp_autocast: bool = Field(default=False, description=AMP_AUTOCAST_HELP)
+    padded: bool = Field(default=False, description="a micro-batch's sequences differ in length and are padded to "
+                                                    "seq_len with an attention mask (with amp_autocast: the trainer's "
+                                                    "RL micro-batches; model/memory.py sdpa_paths)")
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per data-parallel rank")
@@ -238,6 +241,7 @@ def _job_context(job: TrainingJob, where: str | None):
     ctx.rl_passes = False
     ctx.even_split = True  # a plain training job runs on a framework that splits the batch evenly
     ctx.interleave = job.interleave
+    ctx.lengths_differ = job.padded
     ctx.selective_op = job.recompute == "selective_op"
     ctx.sequence_parallel = job.sequence_parallel
     ctx.reshard_after_forward = job.reshard_after_forward

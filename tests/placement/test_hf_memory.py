@@ -55,10 +55,10 @@ def _saved_bytes(layers: int, autocast: bool, hidden=128, ffn=352, heads=4, kv_h
     return sum(seen.values()) // batch
 
 
-def _ctx(precision: str, amp: bool = True):
+def _ctx(precision: str, amp: bool = True, model: str = "qwen2.5-0.5b"):
     from problems.placement.predict import _job_context
 
-    job = TrainingJob(model="qwen2.5-0.5b", gpu="H100", precision=precision, seq_len=SEQ, global_batch=1,
+    job = TrainingJob(model=model, gpu="H100", precision=precision, seq_len=SEQ, global_batch=1,
                       elementwise_kernels="eager", amp_autocast=amp)
     ctx, _, _ = _job_context(job, None)
     return ctx
@@ -173,7 +173,7 @@ def test_the_trainers_attention_path_follows_its_precision_and_padding():
     assert not padded.any() and math.all()
     padded, math = sdpa_paths(_ctx("bf16"), mb)
     assert not padded.any() and not math.any()
-    rl = dataclasses.replace(_ctx("bf16"), resp_mean=300, resp_max=1024)
+    rl = dataclasses.replace(_ctx("bf16"), lengths_differ=True)
     padded, math = sdpa_paths(rl, mb)
     assert list(padded) == [False, True] and not math.any()
     padded, math = sdpa_paths(dataclasses.replace(rl, bpe=4), mb)
@@ -195,6 +195,22 @@ def test_an_fp32_training_job_is_timed_and_sized_with_the_full_score_matrix():
     assert math["step_s"] == pytest.approx(eager["step_s"], rel=1e-12)
     assert math["memory_gb"]["activations"] == pytest.approx(eager["memory_gb"]["activations"], rel=1e-12)
     flash = predict_training(TrainingJob(**base))
-    ctx = _ctx("fp32")
+    ctx = _ctx("fp32", model="qwen2.5-1.5b")
     scores = 2 * 2048 * ctx.layers * 4.0 * ctx.heads * 2048 / 1e9  # GB, micro-batch 2
     assert math["memory_gb"]["activations"] - flash["memory_gb"]["activations"] > scores
+
+
+def test_a_padded_training_job_adds_the_mask_and_the_repeated_keys_in_every_layer():
+    """`padded`: the trainer's micro-batches of samples of different lengths, padded to seq_len. Each
+    layer keeps k and v with every query head and a mask row of seq_len per token, in bf16 under autocast:
+    layers x tokens x (2 bytes x 2 x (q_dim - kv_dim) + 2 bytes x seq_len) more activations."""
+    base = dict(model="qwen2.5-1.5b", gpu="H200", seq_len=2048, global_batch=8, micro_batch=4,
+                elementwise_kernels="eager", amp_autocast=True)
+    plain = predict_training(TrainingJob(**base))["memory_gb"]["activations"]
+    padded = predict_training(TrainingJob(padded=True, **base))["memory_gb"]["activations"]
+    ctx = _ctx("bf16", model="qwen2.5-1.5b")
+    extra = ctx.layers * 4 * 2048 * (2 * 2 * (ctx.q_dim - ctx.kv_dim) + 2 * 2048) / 1e9
+    assert padded - plain == pytest.approx(extra, rel=1e-9)
+    # a one-sample micro-batch is never padded
+    one = dict(base, micro_batch=1)
+    assert predict_training(TrainingJob(padded=True, **one))["memory_gb"] == predict_training(TrainingJob(**one))["memory_gb"]

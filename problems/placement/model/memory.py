@@ -213,12 +213,12 @@ def sdpa_paths(ctx: ModelContext, mb) -> tuple[np.ndarray, np.ndarray]:
     Without padding transformers passes no mask and `enable_gqa=True`; of PyTorch's CUDA kernels only flash
     attention takes that, and only in 16-bit, so an fp32 grouped-query attention falls back to the math
     kernel, which keeps the full score matrix (PyTorch issue 139586; transformers pull request 46960).
-    Lengths differ in an RL workload (mean response below the limit), not in a training job of
-    fixed-length sequences. All False for a framework's own kernels or unfused attention (counted apart)."""
+    Lengths differ in an RL workload (`ctx.lengths_differ`), not in a training job of fixed-length sequences
+    unless it says so. All False for a framework's own kernels or unfused attention (counted apart)."""
     mb = np.asarray(mb)
     if not (ctx.amp_autocast and ctx.flash):
         return np.zeros(mb.shape, bool), np.zeros(mb.shape, bool)
-    padded = (mb > 1) & (ctx.resp_max > ctx.resp_mean) & (not ctx.packing)
+    padded = (mb > 1) & ctx.lengths_differ & (not ctx.packing)
     math = ~padded & (ctx.bpe >= 4) & (ctx.kv_dim < ctx.q_dim)
     return padded, math
 

@@ -221,6 +221,9 @@ class ModelContext:
     eager_act: bool = False
     # the trainer runs HF modules under PyTorch autocast with PyTorch's AdamW (names.AMP_AUTOCAST_HELP)
     amp_autocast: bool = False
+    # a step's samples differ in length (an RL workload: mean response below the limit), so a micro-batch of
+    # several is padded to its longest (memory.sdpa_paths); a training job of fixed-length sequences is not
+    lengths_differ: bool = False
     # the response-length distribution (lengths.build) and the samples per prompt (prefix caching)
     lengths: Lengths | None = None
     group: int = 1
@@ -365,6 +368,7 @@ def build_context(cluster: Cluster, workload: Workload,
         packing=workload.sequence_packing,
         **dict(zip(("eager_norm", "eager_rope", "eager_act"), EAGER_PARTS[workload.elementwise_kernels])),
         amp_autocast=workload.amp_autocast,
+        lengths_differ=workload.response_max > workload.response_mean,
         bf16_states=workload.optimizer_states == "bf16",
         train_hbm_eff=np.array(train_hbm),
         steps=steps,
