@@ -341,7 +341,8 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
         "fits": bool(mem["allocated"] <= mem["capacity"]),
         "tight": bool(mem["allocated"] <= mem["capacity"] < mem["reserved"]),
         "assumptions": _assumptions(ctx, cluster, job.precision, job.attention,
-                                    params_sharded_by(job.sharding, job.dp)) + _interleave_notes(job.interleave, stages),
+                                    params_sharded_by(job.sharding, job.dp)) + _sdpa_notes(ctx, job.micro_batch)
+                       + _interleave_notes(job.interleave, stages),
     }
 
 
@@ -401,6 +402,22 @@ def moe_notes(ctx) -> list[str]:
             f"TP-sharded at EP 1); dispatch/combine all-to-alls {A2A_OVERLAP:.0%} overlapped; the busiest rank "
             f"{imbalance(ctx):g} x the mean tokens; grouped-GEMM experts at the dense mfu; decode reads the experts "
             "its batch routes to (uniform routing)"]
+
+
+def _sdpa_notes(ctx, micro_batch: int) -> list[str]:
+    """One line where PyTorch's SDPA runs the trainer's attention other than as the flash attention asked for
+    (model/memory.py `sdpa_paths`)."""
+    from problems.placement.model.memory import sdpa_paths
+
+    padded, math = (bool(x[0]) for x in sdpa_paths(ctx, np.array([micro_batch])))
+    if math:
+        return ["attention: PyTorch's math kernel, not flash (transformers passes enable_gqa to an fp32 grouped-query "
+                "attention without padding, which only flash takes, in 16-bit): the fp32 s x s scores kept and all of "
+                "them computed"]
+    if padded:
+        return ["attention: padded micro-batches, so the mask goes to SDPA: k and v kept with every query head and "
+                "each layer's copy of the mask (one row of the padded length per token)"]
+    return []
 
 
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_sharded: bool) -> list[str]:
@@ -521,7 +538,7 @@ def predict_plan(plan_file: str | Path, *, plan=None, prompts_per_step: int | No
     out["train_runtime_gb"] = float(max((prob.ctx.eff["runtime_gb"][i] for i, q in enumerate(prob.cluster.pools)
                                          if q.id in train), default=0.0))
     out["assumptions"] = (prior_notes(prob.cluster) + engine_notes(prob.ctx, prob.cluster) + moe_notes(prob.ctx)
-                          + ([executor_note] if executor_note else []))
+                          + _sdpa_notes(prob.ctx, plan.train.micro_batch) + ([executor_note] if executor_note else []))
     return out
 
 

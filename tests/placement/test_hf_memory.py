@@ -198,6 +198,9 @@ def test_an_fp32_training_job_is_timed_and_sized_with_the_full_score_matrix():
     ctx = _ctx("fp32", model="qwen2.5-1.5b")
     scores = 2 * 2048 * ctx.layers * 4.0 * ctx.heads * 2048 / 1e9  # GB, micro-batch 2
     assert math["memory_gb"]["activations"] - flash["memory_gb"]["activations"] > scores
+    # and `predict` says so in one line
+    assert sum("math kernel" in a for a in math["assumptions"]) == 1
+    assert not any("math kernel" in a for a in flash["assumptions"] + eager["assumptions"])
 
 
 def test_a_padded_training_job_adds_the_mask_and_the_repeated_keys_in_every_layer():
@@ -211,6 +214,8 @@ def test_a_padded_training_job_adds_the_mask_and_the_repeated_keys_in_every_laye
     ctx = _ctx("bf16", model="qwen2.5-1.5b")
     extra = ctx.layers * 4 * 2048 * (2 * 2 * (ctx.q_dim - ctx.kv_dim) + 2 * 2048) / 1e9
     assert padded - plain == pytest.approx(extra, rel=1e-9)
+    notes = predict_training(TrainingJob(padded=True, **base))["assumptions"]
+    assert sum("padded micro-batches" in a for a in notes) == 1
     # a one-sample micro-batch is never padded
     one = dict(base, micro_batch=1)
     assert predict_training(TrainingJob(padded=True, **one))["memory_gb"] == predict_training(TrainingJob(**one))["memory_gb"]
