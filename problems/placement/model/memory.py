@@ -212,7 +212,9 @@ def sdpa_paths(ctx: ModelContext, mb) -> tuple[np.ndarray, np.ndarray]:
     (aten/src/ATen/native/transformers/attention.cpp: convert_boolean_attn_mask, preprocess_mask).
     Without padding transformers passes no mask and `enable_gqa=True`; of PyTorch's CUDA kernels only flash
     attention takes that, and only in 16-bit, so an fp32 grouped-query attention falls back to the math
-    kernel, which keeps the full score matrix (PyTorch issue 139586; transformers pull request 46960).
+    kernel, which keeps the full score matrix (PyTorch issue 139586; transformers pull request 46960; the
+    H200 runs' PyTorch 2.11 did so: results/bench/gpu_train.md; PyTorch pull request 191085, July 2026, gives
+    the memory-efficient kernel grouped queries, so a PyTorch that has it runs fp32 there instead).
     Lengths differ in an RL workload (`ctx.lengths_differ`), not in a training job of fixed-length sequences
     unless it says so. All False for a framework's own kernels or unfused attention (counted apart)."""
     mb = np.asarray(mb)
