@@ -219,3 +219,18 @@ def test_a_padded_training_job_adds_the_mask_and_the_repeated_keys_in_every_laye
     # a one-sample micro-batch is never padded
     one = dict(base, micro_batch=1)
     assert predict_training(TrainingJob(padded=True, **one))["memory_gb"] == predict_training(TrainingJob(**one))["memory_gb"]
+
+
+def test_an_rl_workloads_samples_differ_in_length_a_training_jobs_do_not():
+    """`ModelContext.lengths_differ`, what `sdpa_paths` reads: true for an RL workload (its responses' mean is
+    below their limit), false for a training job of seq_len-long sequences unless it says `padded`."""
+    from problems.placement.model.params import build_context
+    from problems.placement.predict import _job_context
+    from problems.placement.specs import load_cluster, load_workload
+
+    wl = load_workload("problems/workloads/qwen2.5-1.5b-grpo.yaml")
+    assert wl.response_mean < wl.response_max
+    assert build_context(load_cluster("problems/clusters/mixed-8.yaml"), wl).lengths_differ
+    assert not _ctx("bf16").lengths_differ
+    job = TrainingJob(model="qwen2.5-0.5b", gpu="H100", seq_len=SEQ, global_batch=2, micro_batch=2, padded=True)
+    assert _job_context(job, None)[0].lengths_differ
