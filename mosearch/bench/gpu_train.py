@@ -334,7 +334,8 @@ def measure_steps(workdir: Path, grid, budget_s: float, out) -> list[dict]:
         attn = getattr(w.module.config, "_attn_implementation", None)
         for c in cases:
             row = _case(c) | {"params": params, "attn_implementation": attn}
-            prec, seq, mb, n_micro, rc = (row[k] for k in ("precision", "seq_len", "micro_batch", "n_micro", "recompute"))
+            prec, seq, mb, n_micro, rc = (row[k] for k in
+                                          ("precision", "seq_len", "micro_batch", "n_micro", "recompute"))
             if time.perf_counter() - t_start > budget_s:
                 rows.append(row | {"status": "skipped (time budget)"})
                 print(json.dumps(rows[-1]), file=out, flush=True)
