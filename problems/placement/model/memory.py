@@ -173,8 +173,8 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         # V (attention dropout 0 in Qwen2 / Llama configs: PyTorch's dropout returns its input at p = 0, no mask);
         # PyTorch's math kernel (`sdpa_paths`) saves the softmax in the working precision, fp32 there; a padded
         # micro-batch's layers each keep the mask, one row of the padded length per token, unsplit by TP
-        padded, math = sdpa_paths(ctx, mb)
-        unfused = math | (not ctx.flash)
+        padded, _ = sdpa_paths(ctx, mb)
+        unfused = keeps_scores(ctx, mb)
         hf_scores = np.where(unfused, ctx.heads / tp * s * (4.0 + (ctx.bpe if ctx.bpe < 4 else 0.0)), 0.0)
         hf_scores = hf_scores + np.where(padded, ctx.bpe * s, 0.0)
         per_layer_full = s * mb * (hf_layer_bytes_per_token(ctx, tp, padded | unfused, unfused) + hf_scores)
@@ -223,6 +223,12 @@ def sdpa_paths(ctx: ModelContext, mb) -> tuple[np.ndarray, np.ndarray]:
     padded = (mb > 1) & ctx.lengths_differ & (not ctx.packing)
     math = ~padded & (ctx.bpe >= 4) & (ctx.kv_dim < ctx.q_dim)
     return padded, math
+
+
+def keeps_scores(ctx: ModelContext, mb) -> np.ndarray:
+    """Per micro-batch size `mb`: the attention kernel computes and keeps the full s x s score matrix (unfused
+    attention, or PyTorch's math kernel where `sdpa_paths` sends the trainer's attention)."""
+    return sdpa_paths(ctx, mb)[1] | (not ctx.flash)
 
 
 def hf_layer_bytes_per_token(ctx: ModelContext, tp, kv_repeated=False, unfused=False) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 
 from problems.placement.model.comm import (dp_gradient_sync_s, dp_ring_bw, fsdp_collectives, fsdp_traffic_s,
                                            ring_allreduce_s, tp_collectives)
-from problems.placement.model.memory import (SHARD_NONE, eager_layers, params_per_gpu, params_sharded, sdpa_paths,
+from problems.placement.model.memory import (SHARD_NONE, eager_layers, keeps_scores, params_per_gpu, params_sharded,
                                              selective_op_split, state_bytes_per_param)
 from problems.placement.model.params import ModelContext
 from problems.placement.model.reduce import over_region_pairs, pany, pargmax, pmax, pmin, psum
@@ -175,7 +175,7 @@ def train_times(ctx: ModelContext, f: dict, chunks) -> dict[str, np.ndarray]:
     # attention, all of them where the kernel computes the full score matrix) and the LM head
     # a mixture of experts computes on its active parameters (ModelContext.compute_params_per_layer)
     # (N,): PyTorch's math kernel where this project's trainer's fp32 grouped-query attention falls back to it
-    unfused = sdpa_paths(ctx, mb)[1] | (not ctx.flash)
+    unfused = keeps_scores(ctx, mb)
     layer_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1,
                               np.where(unfused, tok2 / tok, tok2 / tok / 2.0))
     weight_f = layer_fwd_flops(ctx.compute_params_per_layer, ctx.q_dim, tok, 1, 0.0)  # the weight matmuls alone
