@@ -89,6 +89,26 @@ def test_rlinf_tensorboard_directory(tmp_path):
     assert got["step_s"] == pytest.approx(20.0)
 
 
+def _wait_for_exit_record(path: Path, timeout_s: float = 120.0) -> None:
+    """`run.finish()` can return before wandb's writer process has flushed the file's last records; the run's
+    exit record is written after every history record, so the file is complete once it holds one."""
+    import time
+
+    from wandb.proto import wandb_internal_pb2
+
+    from mosearch.calibrate_logs import _wandb_records
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for raw in _wandb_records(path):
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(raw)
+            if rec.HasField("exit"):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: no exit record after {timeout_s:g} s")
+
+
 def test_verl_wandb_offline_run(tmp_path):
     """An offline run written by the wandb package itself (verl's `wandb` logger without a network), long enough
     that records cross the file's 32 KiB blocks (first / middle / last pieces)."""
@@ -104,7 +124,9 @@ def test_verl_wandb_offline_run(tmp_path):
                  **pad, "note": "text is skipped"}, step=s)
     run.finish()
     files = list(tmp_path.rglob("run-*.wandb"))
-    assert len(files) == 1 and files[0].stat().st_size > 2 * 32768
+    assert len(files) == 1
+    _wait_for_exit_record(files[0])
+    assert files[0].stat().st_size > 2 * 32768
     got, lengths, steps = phases("verl", tmp_path / "wandb")
     assert steps == 300
     assert got == {"rollout_s": pytest.approx(11.0), "train_s": pytest.approx(8.0), "sync_s": pytest.approx(0.5),
