@@ -70,7 +70,8 @@ def measured_step_s(r: dict) -> float:
 def job_of(r: dict, efficiencies: dict) -> TrainingJob:
     tp, pp, gpus = int(r["tp"]), int(r["pp"]), int(r["gpus"])
     arch = dict(layers=int(r["layers"]), hidden=int(r["hidden"]), heads=int(r["heads"]), kv_heads=int(r["kv_heads"]),
-                ffn=int(r["ffn"]), vocab=int(r["vocab"]), mlp=r["mlp"], tied_embeddings=r["tied"] == "1")
+                ffn=int(r["ffn"]), vocab=int(r["vocab"]), mlp=r["mlp"], tied_embeddings=r["tied"] == "1",
+                hidden_dropout=float(r["hidden_dropout"]))
     variant = {k: float(r[f"gpu_{k}"]) for k in ("memory_gb", "bandwidth_tbs") if r.get(f"gpu_{k}")}
     return TrainingJob(name=r["id"], model=arch, precision=r["precision"], attention=r["attention"],
                        seq_len=int(r["seq_len"]), global_batch=int(r["global_batch"]),

@@ -38,6 +38,8 @@ class GPUType(Spec):
     name: str
     tflops: float = Field(gt=0)
     memory_gb: float = Field(gt=0)
+    usable_memory_gb: float | None = Field(default=None, gt=0, description=(
+        "the device memory the runtime reports to PyTorch (total_memory), GB; None: memory_gb"))
     bandwidth_tbs: float = Field(gt=0)
     intra_node: IntraNodeLink
     price_usd_h: float = Field(ge=0)
@@ -61,6 +63,16 @@ class GPUType(Spec):
                                                              "where a type without measurements takes its efficiencies")
     aliases: list[str] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def capacity_gb(self) -> float:
+        """What plans must fit in, GB: the memory the runtime reports (data/gpus.yaml usable_memory_gb)."""
+        return self.usable_memory_gb or self.memory_gb
+
+    def variant_usable_gb(self, memory_gb: float) -> float | None:
+        """usable_memory_gb of a variant of this part with `memory_gb` (96 GB instead of 80): the part's share
+        the runtime reports; None where the catalog gives none."""
+        return self.usable_memory_gb * memory_gb / self.memory_gb if self.usable_memory_gb else None
 
     def lacks(self, precision: str) -> list[str]:
         """The precisions a `precision` workload needs that this type has no matmul units for (see
@@ -100,6 +112,9 @@ class Architecture(Spec):
     mlp: MlpKind = Field(default="gated", description="gated: SwiGLU/GeGLU, 3 matrices (Llama, Qwen); plain: 2 (GPT, OPT)")
     vocab: int = Field(gt=0)
     tied_embeddings: bool = False
+    hidden_dropout: float = Field(default=0.0, ge=0, lt=1, description=(
+        "dropout probability after attention and after the MLP in training (config.json resid_pdrop / "
+        "hidden_dropout; Megatron's --hidden-dropout): Llama, Qwen and DeepSeek configs have none"))
     qkv_bias: bool = False
     head_dim: int | None = Field(default=None, gt=0, description="defaults to hidden / heads")
     published_params: float | None = Field(default=None, description="the count the model card states")

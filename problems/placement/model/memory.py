@@ -141,6 +141,31 @@ def params_per_gpu(ctx: ModelContext, tp, pp, ep=None):
     return moe.stage_params_per_gpu(ctx, stage_params(ctx, pp), tp, pp, ep)
 
 
+def fused_layer_bytes_per_token(ctx: ModelContext) -> tuple[float, float]:
+    """Bytes per token one transformer layer with fused kernels (Megatron-LM / Transformer Engine) keeps for
+    its backward, as (what tensor parallelism leaves whole, what it splits over t); sequence parallelism
+    splits the first part too. Korthikanti et al. 2022 (section 4.1) count them by tensor for GPT: layer
+    norm inputs, the QKV and first MLP projections' input, q, k, v, the attention output (the output
+    projection's input), the MLP activation's input and the second projection's input, and a 1-byte mask
+    per dropout after attention and after the MLP; with a 16-bit GPT layer (k and v as wide as q, a plain
+    MLP of 4h) that is their 10 + 24/t bytes per hidden element. Read here off the architecture:
+    - k and v at the KV projections' width (grouped-query attention: Megatron's num_query_groups);
+    - the MLP activation saves its input, 2 x ffn for a gated MLP (Megatron's bias_swiglu), ffn for a plain
+      one (GeLU; squared ReLU saves its ReLU output, as wide);
+    - dropout masks only when the model trains with dropout (`hidden_dropout`: PyTorch's dropout at p = 0
+      returns its input and saves nothing; Llama, Qwen and Nemotron configs set 0, GPT-3's 0.1);
+    - in FP8, Transformer Engine's Linear layers save the FP8 cast of their input (1 byte) for the weight
+      gradient; attention stays 16-bit and keeps its output, which the output projection saves again in FP8."""
+    b = float(ctx.bpe)
+    lin = 1.0 if ctx.fp8_linears else b
+    h, f = ctx.hidden, ctx.ffn
+    masks = 2.0 * h if ctx.hidden_dropout else 0.0
+    unsplit = 2 * h * b + 2 * h * lin + masks  # two norm inputs, the QKV and first MLP inputs, the masks
+    attn = (ctx.q_dim + 2 * (ctx.kv_dim or ctx.q_dim)) * b + ctx.q_dim * b + (ctx.q_dim if ctx.fp8_linears else 0.0)
+    mlp = (2 * f if ctx.gated else f) * b + f * lin
+    return unsplit, attn + mlp
+
+
 def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.ndarray:
     """Activations held at the peak of a 1F1B schedule on the first stage, plus the loss logits. Padded
     micro-batches hold `mb` sequences of the longest length; packed ones (`ctx.packing`: padding removed,
@@ -155,12 +180,10 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
     # Korthikanti's 5as/(ht) in 16-bit, 9 bytes per element in fp32
     scores = 0.0 if ctx.flash else ctx.heads * s / (ctx.hidden * tp) * (2.0 * ctx.bpe + 1.0)
     # sequence parallelism splits the layer norm / dropout activations and the layer input over t too
-    # (Korthikanti et al. 2022, eq. 4.2.2: s b h 34 / t; full recomputation keeps 2 s b h / t)
+    # (Korthikanti et al. 2022, eq. 4.2.2)
     sp = np.where(ctx.sequence_parallel, tp, 1)
-    base = np.where(ctx.sequence_parallel, 34.0 / tp, 10.0 + 24.0 / tp)
-    # of those, the two dropout masks after attention and after the MLP are 1 byte per element in any precision
-    masks = 2.0 / sp
-    per_layer_full = sbh * ((base - masks) * scale + masks + scores)
+    unsplit, split = fused_layer_bytes_per_token(ctx)
+    per_layer_full = s * mb * (unsplit / sp + split / tp) + sbh * scores
     full_rec = recompute.astype(bool)
     per_layer_kept = np.where(full_rec, 2 * sbh * scale / sp, per_layer_full)
     if ctx.selective_op:  # torchtitan's selective op: the layer input, the saved matmul outputs, attention's output
@@ -184,7 +207,13 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
     n = np.maximum(n_micro, 1)
     if ctx.stage_layers is None:
         layers = np.ceil(ctx.layers / pp)
-        kept = layers * np.minimum(pp, n)  # 1F1B keeps pp micro-batches on stage 1
+        # 1F1B keeps pp micro-batches on stage 1; the interleaved schedule with v chunks per rank warms up with
+        # 2 (pp - 1) + (v - 1) pp chunks of layers / (pp v) layers (Megatron-LM's
+        # forward_backward_pipelining_with_interleaving), pp + (pp - 1) / v micro-batches' worth
+        # (Korthikanti et al. 2022, section 4.2.3: a factor 1 + (p - 1) / (p v))
+        v = max(int(ctx.interleave), 1)
+        in_flight = np.where(pp > 1, pp + (pp - 1) / v if v > 1 else pp, 1)
+        kept = layers * np.minimum(in_flight, n)
     else:  # stage i keeps pp - i micro-batches in flight; the peak is the stage with most layers x that
         k = len(ctx.stage_layers)
         kept = np.max(np.stack([ctx.stage_layers[i] * np.minimum(k - i, n) for i in range(k)]), axis=0)

@@ -179,6 +179,11 @@ class ModelContext:
     # fp8_dpa is set; Megatron's output layer is not a TE module; torchao's float8 training in
     # torchtitan converts nn.Linear modules except `output`). None: every matmul at `flops`.
     flops_hp: np.ndarray | None = None
+    # FP8 training: Transformer Engine's (and torchao's) Linear layers save the FP8 cast of their input
+    fp8_linears: bool = False
+    # the model trains with dropout after attention and after the MLP (Architecture.hidden_dropout > 0):
+    # each keeps a 1-byte mask per element
+    hidden_dropout: bool = False
     # torchtitan's selective "op" activation checkpointing: every second matmul and all element-wise
     # ops recomputed, attention kept (`selective_op_split`); a plain training job sets it
     selective_op: bool = False
@@ -328,7 +333,7 @@ def build_context(cluster: Cluster, workload: Workload,
         count=arr(lambda p: p.count, np.int64),
         gpn=arr(lambda p: p.gpus_per_node, np.int64),
         flops=arr(lambda p: p.gpu.peak(workload.precision) * 1e12),
-        mem=arr(lambda p: p.gpu.memory_gb * 1e9),
+        mem=arr(lambda p: p.gpu.capacity_gb * 1e9),
         hbm=arr(lambda p: p.gpu.bandwidth_tbs * 1e12),
         intra=arr(lambda p: p.intra_gbs * 1e9),
         inter=arr(lambda p: p.inter_gbs * 1e9),
@@ -363,6 +368,8 @@ def build_context(cluster: Cluster, workload: Workload,
         state_tensors=m.state_tensors,
         tp_sharded_tensors=m.tp_sharded_tensors,
         flops_hp=arr(lambda p: p.gpu.peak("bf16") * 1e12) if workload.precision == "fp8" else None,
+        fp8_linears=workload.precision == "fp8",
+        hidden_dropout=m.hidden_dropout > 0,
         lengths=build_lengths(workload.response_mean, workload.response_max, workload.response_sigma),
         group=workload.samples_per_prompt,
         packing=workload.sequence_packing,
