@@ -190,6 +190,9 @@ def _job_context(job: TrainingJob, where: str | None):
             raise InputError(where, f"gpu_types.{name}", f"unknown GPU type {name!r}", "a catalog type")
         given = over.model_dump(exclude_none=True)
         src = {k: f"given in {where or 'the job'}" for k in given}
+        if "memory_gb" in given and types[canonical].usable_memory_gb:
+            given["usable_memory_gb"] = types[canonical].variant_usable_gb(given["memory_gb"])
+            src["usable_memory_gb"] = f"the catalog {canonical}'s share of its memory_gb, scaled"
         types[canonical] = types[canonical].model_copy(update={**given, "sources": {**types[canonical].sources, **src}})
     per_replica = job.replica_gpus is not None
     labels = job.replica_gpus or job.stage_gpus or [job.gpu] * job.pp

@@ -73,6 +73,9 @@ class GPUTypeSpec(Spec):
     tflops: float | None = Field(default=None, gt=0)
     peak_tflops: PeakTFLOPS | None = None
     memory_gb: float | None = Field(default=None, gt=0)
+    usable_memory_gb: float | None = Field(default=None, gt=0, description=(
+        "the memory the runtime reports (torch.cuda.get_device_properties().total_memory / 1e9), GB; default: "
+        "memory_gb for a new type, the catalog part's share of memory_gb for an override"))
     bandwidth_tbs: float | None = Field(default=None, gt=0)
     intra_node: IntraNodeLink | None = None
     price_usd_h: float | None = Field(default=None, ge=0)
@@ -181,6 +184,10 @@ def _resolve_gpu_types(path: str, spec: ClusterSpec) -> dict[str, GPUType]:
                 peaks = {k: given["tflops"] for k in peaks}
             # peaks given replace those of their precisions: the others (and which precisions the type
             # runs, see GPUType.peak_tflops) stay the catalog's
+            if "memory_gb" in given and "usable_memory_gb" not in given and base["usable_memory_gb"]:
+                given["usable_memory_gb"] = types[canonical].variant_usable_gb(given["memory_gb"])
+                base["sources"] = {**base["sources"], "usable_memory_gb": f"the catalog {canonical}'s share of its "
+                                   f"memory_gb ({base['sources'].get('usable_memory_gb', 'catalog')})"}
             base.update(given, peak_tflops={**peaks, **given.get("peak_tflops", {})})
             if over.source:
                 base["sources"] = {**base["sources"], **{k: over.source for k in given}}

@@ -230,3 +230,32 @@ def test_a_catalog_type_overridden_under_an_alias_takes_that_name(tmp_path):
     path.write_text(path.read_text().replace("  A100: {", "  A100-80G: {"))
     pools = {p.id: p for p in load_cluster(path).pools}
     assert set(pools) == {"A100-80G@r"} and pools["A100-80G@r"].gpu.memory_gb == 40
+
+
+def test_usable_memory_is_the_runtimes_figure_of_the_part():
+    """A part sold as N GB holds N GiB, less what the driver and ECC keep (GDDR6 with ECC: 1/16): the runtime's
+    figure lies between 90% of N GiB and N GiB, and names its source. The measured H200 is the one this project measured itself."""
+    cat = gpu_catalog()
+    given = [g for g in cat.values() if g.usable_memory_gb]
+    assert {"H100", "H200", "A100-80G", "MI300X", "L40S"} <= {g.name for g in given}
+    for g in given:
+        assert 0.90 * g.memory_gb * 2**30 / 1e9 <= g.usable_memory_gb <= g.memory_gb * 2**30 / 1e9, g.name
+        assert g.sources.get("usable_memory_gb"), g.name
+        assert g.capacity_gb == g.usable_memory_gb
+    assert cat["H200"].usable_memory_gb == pytest.approx(150.10988032, abs=0.005)  # results/bench/gpu_probe_h200.jsonl
+    without = next(g for g in cat.values() if not g.usable_memory_gb)
+    assert without.capacity_gb == without.memory_gb
+
+
+def test_a_variant_keeps_the_parts_runtime_share(tmp_path):
+    """A cluster that overrides memory_gb (an H100 with 96 GB) gets the catalog part's usable share of it
+    unless it gives usable_memory_gb itself."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nregions: {r: {inter_node_gbs: 10}}\n"
+                    "gpu_types:\n  H100: {memory_gb: 96}\n"
+                    "node_groups:\n  - {gpu: H100, nodes: 1, gpus_per_node: 8, region: r}\n")
+    h100 = gpu_catalog()["H100"]
+    got = load_cluster(path).pools[0].gpu
+    assert got.memory_gb == 96 and got.capacity_gb == pytest.approx(96 * h100.usable_memory_gb / 80)
+    path.write_text(path.read_text().replace("{memory_gb: 96}", "{memory_gb: 96, usable_memory_gb: 95}"))
+    assert load_cluster(path).pools[0].gpu.capacity_gb == 95

@@ -84,7 +84,7 @@ def _rollout_coeffs(score: Scorer, kv_grid):
     R, _, _, _, r = score(np.array(rows))
     gpus = R[np.arange(len(R)), [m[0] for m in meta]]  # rollout GPUs left in the probed pool
     ok = (r["kv_shortfall"] <= 0) & (r["peak_mem_gb_rollout"] <= np.array(
-        [prob.cluster.pools[m[0]].gpu.memory_gb * prob.limits["max_mem_frac"] for m in meta]))
+        [prob.cluster.pools[m[0]].gpu.capacity_gb * prob.limits["max_mem_frac"] for m in meta]))
     rate = np.where(ok & (gpus > 0), prob.workload.samples_per_step / r["rollout_bulk_s"] / np.maximum(gpus, 1), 0.0)
     best = None
     K = lay.rtp_options.shape[1]
@@ -116,7 +116,7 @@ def _train_coeffs(score: Scorer):
         R, _, _, _, r = score(X)
         same = (R[:, cols] == configs).all(axis=1)  # repair did not shrink the layout
         gpus = R[:, P + i]
-        fits = r["peak_mem_gb_train"] <= prob.cluster.pools[i].gpu.memory_gb * prob.limits["max_mem_frac"]
+        fits = r["peak_mem_gb_train"] <= prob.cluster.pools[i].gpu.capacity_gb * prob.limits["max_mem_frac"]
         tau[:, i] = np.where(same & fits & (gpus > 0),
                              prob.workload.samples_per_step / r["train_s"] / np.maximum(gpus, 1), 0.0)
     return configs, cols, tau
