@@ -195,6 +195,9 @@ def report(results, fits, gap) -> str:
             med = np.median([abs(x[names[0]]['memory_gb'][k] / (float(x['row']['memory_gib']) * 2**30 / 1e9) - 1)
                              for x in mem])
             lines.append(f"\nMedian |error| against the {k} prediction: {med * 100:.1f}% ({len(mem)} rows).")
+        refused = [x["row"]["id"] for x in results if not x[names[0]]["fits"]]
+        lines.append(f"\nConfigurations that ran, predicted not to fit (allocated peak over the memory the runtime reports, "
+                     f"`usable_memory_gb`): {', '.join(refused) or 'none'} of {len(results)} rows.")
         lines += ["", "Selective op checkpointing keeps the layer input, every other matmul output and attention's",
                   "output (`selective_op_split`); full recomputation keeps the layer input. The model has no term",
                   "for FSDP's gathered parameters of the layer in flight, torch.compile / Float8 buffers or the",
