@@ -468,8 +468,10 @@ def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_s
                    f"per-layer floor {e['layer_s'] * 1e3:.2f} ms, per-micro-batch {e['microbatch_s'] * 1e3:.2f} ms, "
                    + (f"flash attention at {e['attn_eff']:.2f} of the peak, its backward 2.5 forwards, "
                       if ctx.flash else "")
-                   + f"runtime {e['runtime_gb']:.1f} GB, allocator waste {e['alloc_waste']:.0%} of activations"
-                   f" (sources: {', '.join(f'{k}={v}' for k, v in p.gpu.sources.items() if k in ('mfu', 'train_fit', 'attn_eff'))})")
+                   + f"runtime {e['runtime_gb']:.1f} GB, allocator waste {e['alloc_waste']:.0%} of activations, "
+                   + f"capacity {p.gpu.capacity_gb:.1f} GB" + (f" (the runtime's figure for the {p.gpu.memory_gb:g} GB part)"
+                                                              if p.gpu.usable_memory_gb else "")
+                   + f" (sources: {', '.join(f'{k}={v}' for k, v in p.gpu.sources.items() if k in ('mfu', 'train_fit', 'attn_eff', 'usable_memory_gb'))})")
     return out
 
 
