@@ -199,9 +199,13 @@ def report(results, fits, gap) -> str:
         lines.append(f"\nConfigurations that ran, predicted not to fit (allocated peak over the memory the runtime reports, "
                      f"`usable_memory_gb`): {', '.join(refused) or 'none'} of {len(results)} rows.")
         lines += ["", "Selective op checkpointing keeps the layer input, every other matmul output and attention's",
-                  "output (`selective_op_split`); full recomputation keeps the layer input. The model has no term",
-                  "for FSDP's gathered parameters of the layer in flight, torch.compile / Float8 buffers or the",
-                  "pipeline schedule's send/receive buffers, so the TP and PP rows are under-predicted."]
+                  "output (`selective_op_split`); full recomputation keeps the layer input. FSDP holds the unit",
+                  "computing and the one prefetched, and in pipeline stages the whole stage's weights and its",
+                  "gradients unsharded (`memory.pipelined_unsharded`: torch.distributed.pipelining keeps them from a",
+                  "layer's first backward to the step's end, and torchtitan keeps them after forward with PP). The",
+                  "model has no term for torch.compile / Float8 buffers or the pipeline schedule's send/receive",
+                  "buffers: the 2D rows (FSDP x TP) are under-predicted; the interleaved 405B row, whose stages per",
+                  "rank are not published (2 assumed), is over-predicted though it measured below the 1F1B row."]
     lines += ["", "## Breakdown of the rows (catalog)", "",
               "| row | compute s | bubble s | TP s | PP s | DP s | optimizer s | memory GB (reserved / capacity) |",
               "|---|---|---|---|---|---|---|---|"]

@@ -104,13 +104,14 @@ def test_uneven_pipeline_stages(stages):
     m = 4  # micro-batches: 4 samples, micro-batch 1, dp 1
     assert got["breakdown"]["train_compute_s"] == pytest.approx(sum(t) + (m - 1) * max(t), rel=1e-9)
     assert got["breakdown"]["pipeline_bubble_s"] == pytest.approx(sum(t) - max(t), rel=1e-9)
-    # memory: the stage with most layers x micro-batches in flight (stage i keeps pp - i)
-    kept = max(stages[0] * 2, stages[1] * 1)
+    # memory: the peak stage, where stage i keeps pp - i micro-batches of its layers in flight and only the last
+    # stage holds the head's logits
     # Korthikanti's tensors, bf16, no dropout: norm inputs and the QKV and up projections' inputs (4h), q, k, v
     # and the attention output (4h), the GeLU's input and the down projection's input (ffn each)
     per_layer = 32 * 1 * (4 * 64 + 4 * 64 + 2 * 128) * 2
     logits = 32 * 100 * (2 + 4)
-    assert got["memory_gb"]["activations"] * 1e9 == pytest.approx(kept * per_layer + logits, rel=1e-9)
+    peak = max(stages[0] * 2 * per_layer, stages[1] * 1 * per_layer + logits)
+    assert got["memory_gb"]["activations"] * 1e9 == pytest.approx(peak, rel=1e-9)
 
 
 def test_even_pipeline_matches_the_planner_formula():
@@ -455,3 +456,26 @@ def test_a_job_whose_allocated_peak_fits_is_not_refused_for_the_allocators_assum
     assert not at(alloc * 0.9)["fits"]
     roomy = at(reserved * 1.1)
     assert roomy["fits"] and not roomy["tight"]
+
+
+@pytest.mark.parametrize("precision, per_param", [
+    ("fp32", 4 + 4),  # fp32 weights, fp32 gradients
+    ("bf16", 2 + 4),  # bf16 weights; FSDP2 upcasts an accumulated unsharded gradient to its fp32 reduce dtype
+])
+def test_pipeline_stages_keep_fsdp_weights_and_gradients_unsharded(precision, per_param):
+    """Under torch.distributed.pipelining a stage's FSDP units stay gathered from their first backward to the
+    step's end and their gradients accumulate unsharded (`memory.pipelined_unsharded`): the whole stage's
+    weights and gradients beyond the rank's shard, where without pipeline stages two units are gathered."""
+    # a stage of the 4-layer model over pp 2: 2 layers of 4 h^2 + 2 h ffn + 2 h parameters, one embedding
+    # matrix (vocab x hidden) and the final norm (hidden)
+    stage = 2 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) + 100 * 64 + 64
+    kw = dict(model={"layers": 4}, precision=precision, dp=4, global_batch=16, micro_batch=1, sharding="fsdp")
+    got = predict_training(job(pp=2, **kw))["memory_gb"]
+    assert got["gathered_weights"] * 1e9 == pytest.approx(stage * per_param * 3 / 4, rel=1e-9)
+    # without pipeline stages: the unit computing and the one prefetched, weights only (5 units: 4 layers + root)
+    flat = predict_training(job(**kw))["memory_gb"]
+    whole = 4 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) + 100 * 64 + 64  # tied embeddings: one matrix
+    w = 4 if precision == "fp32" else 2
+    assert flat["gathered_weights"] * 1e9 == pytest.approx(2 * whole / 5 * w * 3 / 4, rel=1e-9)
+    # ZeRO-1 shards no weights: nothing gathered, pipelined or not
+    assert predict_training(job(pp=2, **(kw | {"sharding": "zero1"})))["memory_gb"]["gathered_weights"] == 0.0

@@ -18,7 +18,11 @@ Sources (shared reference systems.md):
 - KV cache bytes = 2 * layers * kv_heads * head_dim * tokens * bytes_per_elem.
 - ZeRO-3 / FSDP hold the full weights of the unit computing and of the next one it prefetches
   (FSDP2's implicit prefetch, DeepSpeed's prefetch bucket); units kept unsharded after forward
-  (`reshard_after_forward=False`) hold the whole stage's weights from forward to backward.
+  (`reshard_after_forward=False`) hold the whole stage's weights from forward to backward; in pipeline
+  stages (torch.distributed.pipelining) the whole stage's weights and gradients stay unsharded to the step's
+  end (`pipelined_unsharded`).
+- Pipeline stages: the first stage keeps the most micro-batches in flight, the last alone holds the loss
+  logits; the peak is the larger of the two.
 
 Memory as allocated and as reserved. PyTorch's caching allocator keeps freed blocks for reuse and
 asks the driver for new segments when no cached block fits, so a run goes out of memory when its
@@ -167,7 +171,8 @@ def fused_layer_bytes_per_token(ctx: ModelContext) -> tuple[float, float]:
 
 
 def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.ndarray:
-    """Activations held at the peak of a 1F1B schedule on the first stage, plus the loss logits. Padded
+    """Activations held at the peak of a 1F1B schedule: the first stage's layers with the most micro-batches in
+    flight, or the last stage's with the head's logits, whichever is larger (one stage without pipelining). Padded
     micro-batches hold `mb` sequences of the longest length; packed ones (`ctx.packing`: padding removed,
     sequences concatenated up to a token budget) mb sequences of the mean length, at least the longest."""
     s = ctx.prompt_len + ctx.resp_max  # the longest sample sets the peak
@@ -205,24 +210,29 @@ def activation_bytes(ctx: ModelContext, tp, pp, mb, recompute, n_micro) -> np.nd
         residual = 4.0 if ctx.amp_autocast or ctx.bpe >= 4 else float(ctx.bpe)
         per_layer_kept = np.where(full_rec, s * mb * ctx.hidden * residual, per_layer_full)
     n = np.maximum(n_micro, 1)
+    # logits of one micro-batch in the working precision plus fp32 for the softmax/loss, and what a loss
+    # computed over all positions at once keeps beyond that (`loss_head_bytes`, model/params.py): on the last
+    # stage only, which holds the fewest micro-batches in flight
+    logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4 + ctx.eff["loss_head_bytes"])
     if ctx.stage_layers is None:
         layers = np.ceil(ctx.layers / pp)
-        # 1F1B keeps pp micro-batches on stage 1; the interleaved schedule with v chunks per rank warms up with
-        # 2 (pp - 1) + (v - 1) pp chunks of layers / (pp v) layers (Megatron-LM's
-        # forward_backward_pipelining_with_interleaving), pp + (pp - 1) / v micro-batches' worth
-        # (Korthikanti et al. 2022, section 4.2.3: a factor 1 + (p - 1) / (p v))
+        # 1F1B keeps pp micro-batches on the first stage and one on the last; the interleaved schedule with v
+        # chunks per rank warms up with 2 (pp - 1 - rank) + (v - 1) pp chunks of layers / (pp v) layers
+        # (Megatron-LM's forward_backward_pipelining_with_interleaving): pp + (pp - 1) / v micro-batches' worth on
+        # the first stage (Korthikanti et al. 2022, section 4.2.3: a factor 1 + (p - 1) / (p v)), ((v - 1) pp + 1) / v
+        # on the last
         v = max(int(ctx.interleave), 1)
-        in_flight = np.where(pp > 1, pp + (pp - 1) / v if v > 1 else pp, 1)
-        kept = layers * np.minimum(in_flight, n)
+        first = np.where(pp > 1, pp + (pp - 1) / v if v > 1 else pp, 1)
+        last = np.where(pp > 1, ((v - 1) * pp + 1) / v, 1)
+        acts = np.maximum(layers * np.minimum(first, n) * per_layer_kept,
+                          layers * np.minimum(last, n) * per_layer_kept + logits)
     else:  # stage i keeps pp - i micro-batches in flight; the peak is the stage with most layers x that
         k = len(ctx.stage_layers)
-        kept = np.max(np.stack([ctx.stage_layers[i] * np.minimum(k - i, n) for i in range(k)]), axis=0)
+        acts = np.max(np.stack(np.broadcast_arrays(*[
+            ctx.stage_layers[i] * np.minimum(k - i, n) * per_layer_kept + (logits if i == k - 1 else 0.0)
+            for i in range(k)])), axis=0)
     # recomputation materialises one layer's full activations in the backward
-    acts = kept * per_layer_kept + np.where(full_rec | ctx.selective_op, per_layer_full, 0)
-    # logits of one micro-batch in the working precision plus fp32 for the softmax/loss, and what a loss
-    # computed over all positions at once keeps beyond that (`loss_head_bytes`, model/params.py)
-    logits = s * mb * ctx.vocab / tp * (ctx.bpe + 4 + ctx.eff["loss_head_bytes"])
-    return acts + logits
+    return acts + np.where(full_rec | ctx.selective_op, per_layer_full, 0)
 
 
 def eager_layers(ctx: ModelContext) -> bool:
@@ -319,15 +329,36 @@ def kv_budget_bytes(ctx: ModelContext, rtp, kv_frac, max_num_seqs) -> np.ndarray
 
 def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding, ep=None) -> np.ndarray:
     """ZeRO-3 / FSDP weights gathered on a GPU at once, beyond its shard: the unit computing and the one
-    prefetched (each decoder layer a unit), or, units kept unsharded after forward, the whole stage."""
+    prefetched (each decoder layer a unit), or the whole stage where units stay unsharded (kept after forward,
+    `reshard_after_forward=False`, or a pipeline stage's: `pipelined_unsharded`). Under autocast the trainer's
+    FSDP gathers its fp32 master weights (no MixedPrecisionPolicy: `trainer/parallel.py` shard); plus, in a
+    pipeline, the stage's gradients held unsharded."""
     w, _, _ = state_bytes_per_param(ctx.bpe)
+    w = 4.0 if ctx.amp_autocast else w
     stage = params_per_gpu(ctx, tp, pp, ep)
     layers = np.ceil(ctx.layers / pp) if ctx.stage_layers is None else float(ctx.stage_layers.max())
     unit = stage / (layers + 1.0)
     dpf = np.maximum(dp, 1).astype(float)
-    held = stage if not ctx.reshard_after_forward else np.minimum(2.0 * unit, stage)
+    piped = pipelined_unsharded(pp)
+    held = np.where(piped | (not ctx.reshard_after_forward), stage, np.minimum(2.0 * unit, stage))
+    # fp32 under mixed precision (FSDP2 upcasts an accumulated unsharded gradient to its reduce dtype:
+    # FSDPParam.to_accumulated_grad_if_needed; torchtitan reduces in fp32), the weights' dtype in pure bf16
+    grads = np.where(piped, stage * (2.0 if ctx.bf16_states else 4.0), 0.0)
     copies = 1.0 + ctx.has_critic
-    return np.where(params_sharded(sharding) & (dpf > 1), held * w * (dpf - 1) / dpf * copies, 0.0)
+    return np.where(params_sharded(sharding) & (dpf > 1), (held * w + grads) * (dpf - 1) / dpf * copies, 0.0)
+
+
+def pipelined_unsharded(pp) -> np.ndarray:
+    """Whether ZeRO-3 / FSDP units stay unsharded through the step: in pipeline stages. The plans that pair
+    parameter sharding with pipeline stages run under torch.distributed.pipelining (this project's trainer,
+    torchtitan; the external executors' pipeline stages are Megatron's, whose shardings are none and its
+    distributed optimizer: `executors.py`). Its stage runs every micro-batch's backward but the last with
+    `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)` (PipelineStage
+    backward_maybe_with_nosync) and reduce-scatters once after the last (`perform_reduce_grad`): from a
+    layer's first backward to the step's end its weights stay gathered and its gradient accumulates
+    unsharded. torchtitan also keeps them after forward with pipeline stages (`apply_fsdp`:
+    reshard_after_forward=False when pp is enabled, "to avoid per-microbatch all-gathers")."""
+    return np.asarray(pp) > 1
 
 
 def train_memory(ctx: ModelContext, f: dict[str, np.ndarray], dp, n_micro) -> dict[str, np.ndarray]:
