@@ -65,6 +65,13 @@ def evaluate(rows: list[dict]) -> list[dict]:
     return out
 
 
+def log_residuals(res: list[dict] | None = None) -> list[float]:
+    """log(predicted / measured iteration) of every row: what a MoE plan's band adds to the dense RL steps'
+    (mosearch/bench/rl_fit.py writes their 10th and 90th percentiles; model/fitted.py moe_step_residuals)."""
+    res = evaluate(load_rows()) if res is None else res
+    return [float(np.log1p(x["err"])) for x in res]
+
+
 def report(res: list[dict]) -> str:
     errs = np.array([abs(x["err"]) for x in res])
     lines = [

@@ -228,6 +228,12 @@ def bands(rows: list[dict], held: dict, models: dict) -> dict:
             out[k] = [float(np.percentile(v, 10)), float(np.percentile(v, 90)), len(v)]
     out["same_hardware"] = pair_band(rows, held, models, same_gpu=True)
     out["other_hardware"] = pair_band(rows, held, models, same_gpu=False)
+    # no RL step above is of a mixture of experts: a MoE plan's band adds the model's error on the published MoE
+    # training iterations (a check, never fitted: model/fitted.py moe_step_residuals)
+    from mosearch.bench.moe_validation import log_residuals
+
+    moe = log_residuals()
+    out["moe_training"] = [float(np.percentile(moe, 10)), float(np.percentile(moe, 90)), len(moe)]
     return out
 
 

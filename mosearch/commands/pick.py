@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mosearch import decide
 from mosearch.decide import Limits
-from mosearch.report.terminal import BAND_NOTE, band_text, console, front_table, plan_tables, tie_test
+from mosearch.report.terminal import band_note, band_text, console, front_table, plan_tables, tie_test
 from mosearch.results import load_run, objective_matrix
 from problems.atomic import atomic_write_text
 from problems.errors import InputError
@@ -66,7 +66,7 @@ def _settle_ties(con, plan, front, faster, cheaper, limits, res, keep: bool):
     one as fast within that error and less stale, if it meets the limits, and say why (with --keep-when-tied
     only say so). Returns (plan, faster, cheaper)."""
     con.print(f"Predicted {plan.predicted['throughput_samples_s']:.3g} samples/s, band {band_text(plan)} "
-              f"({BAND_NOTE}).")
+              f"({band_note(plan)}).")
     for i, what in ((cheaper, "cheaper"), (faster, "less stale")):
         if i is None:
             continue

@@ -249,7 +249,7 @@ tr.sel {{ background: #fff3b0; }}
 </div>
 <div class="row"><div>{figure}{key}</div><div id="detail"><p>Hover or click a point to see its plan.</p></div></div>
 <p class="note">Each point is a distinct plan: plans closer than the resolution in every objective are shown once
-(every plan found is in front_all.csv). Colour: execution mode. Predictions of the performance model; a band is the 10th-90th percentile of its held-out error on published RL steps of the plan's executor and GPU generations. On a calibrated cluster (<code>mosearch calibrate</code>), a plan marked extrapolated is far from every run the calibration was fitted on.
+(every plan found is in front_all.csv). Colour: execution mode. Predictions of the performance model; a band is the 10th-90th percentile of its held-out error on published RL steps of the plan's executor and GPU generations (a mixture of experts' also takes its training time as wrong as the model's published MoE training iterations: none of those RL steps is of one). On a calibrated cluster (<code>mosearch calibrate</code>), a plan marked extrapolated is far from every run the calibration was fitted on.
 <code>mosearch pick RUN --max-cost B</code> gives the fastest plan within a budget, <code>--min-throughput T</code>
 the cheapest reaching T.</p>
 <h2 style="font-size:1.1em">Plans within the limits</h2>

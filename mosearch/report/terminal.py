@@ -84,8 +84,36 @@ def throughput_band(plan: Plan) -> tuple[float, float] | None:
     thr = plan.predicted.get("throughput_samples_s")
     if thr is None or not np.isfinite(thr):
         return None
-    lo, hi = plan_band(plan.executor, [p.gpu for p in plan.pools if p.used_gpus])
+    lo, hi = plan_band(plan.executor, [p.gpu for p in plan.pools if p.used_gpus], moe_train_share(plan))
     return thr * float(np.exp(lo)), thr * float(np.exp(hi))
+
+
+def is_moe(plan: Plan) -> bool:
+    """The plan trains a mixture of experts: its prediction counts MoE layers, or it splits experts (EP > 1)."""
+    return plan.predicted.get("moe_layers", 0.0) > 0 or plan.train.ep > 1
+
+
+def moe_train_share(plan: Plan) -> float | None:
+    """A MoE plan's predicted training time over its step (what its band widens by: model/fitted.py
+    moe_step_residuals), None for a dense plan; a MoE plan without the two figures counts its whole step."""
+    if not is_moe(plan):
+        return None
+    step, train = plan.predicted.get("step_s"), plan.predicted.get("train_s")
+    return float(train / step) if step and train is not None and np.isfinite(step) and step > 0 else 1.0
+
+
+def band_note(plan: Plan) -> str:
+    """What the plan's samples/s band is made of (BAND_NOTE; for a mixture of experts, what widens it)."""
+    if not is_moe(plan):
+        return BAND_NOTE
+    from problems.placement.model.fitted import moe_training_band
+
+    b = moe_training_band()
+    moe = ("" if b is None else
+           f", widened for a mixture of experts: none of those runs is one, so its training time is taken as wrong as "
+           f"the model's published MoE training iterations ({np.expm1(b[0]):+.0%} to {np.expm1(b[1]):+.0%}, 10th-90th "
+           f"percentile of {b[2]}: results/bench/moe_validation.md)")
+    return BAND_NOTE + moe
 
 
 def tie_test(plan: Plan, other: Plan) -> tuple[bool, str]:

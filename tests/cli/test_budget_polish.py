@@ -100,7 +100,9 @@ def test_polish_expands_plans_the_front_dominates_by_a_little():
     """l40-a30-rack x qwen2.5-32b PPO: generating on 4 L40s while 8 A100s train (ZeRO-3, async) is
     dominated by a faster $16/h plan, so the front never expands it; with one A100 fewer it is the
     fastest plan within $15.2/h. The near-front pass must find it; without the pass (near=0) the
-    budget gets a plan at least 2% slower, so the case needs the pass."""
+    budget gets a slower plan, so the case needs the pass: 0.952 samples/s against the target's 0.959 (a 0.7%
+    gap, 2% before the memory model counted a fused layer's k and v at the KV width, which lets a cheaper ZeRO-3
+    plan fit; far above any rounding)."""
     problem = PlacementProblem.from_files(ROOT / "benchmarks" / "clusters" / "budgets" / "l40-a30-rack.yaml",
                                           ROOT / "benchmarks" / "workloads" / "budgets" / "qwen2.5-32b-ppo.yaml")
     L = problem.layout
@@ -132,5 +134,5 @@ def test_polish_expands_plans_the_front_dominates_by_a_little():
         t, c, feas = _tc(problem, np.vstack([start, bp.X]))
         within = feas & (c <= ct * (1 + 1e-9))
         best[near] = t[within].max() if within.any() else 0.0
-    assert best[0.0] < 0.98 * tt
+    assert best[0.0] < tt * (1 - 1e-3)
     assert best[0.1] >= tt * (1 - 1e-9)

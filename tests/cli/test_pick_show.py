@@ -326,3 +326,15 @@ def test_a_tie_on_the_same_hardware_moves_to_the_cheaper_plan_and_a_clear_gap_do
     # over the budget: tied, but kept, and it says why
     chosen, _, _ = _settle_ties(con, a, [a, near], None, 1, Limits(max_cost=cost * 0.5), run.resolution, keep=False)
     assert chosen is a and "outside the limits" in capsys.readouterr().out
+
+
+def test_a_mixture_of_experts_plan_has_a_wider_band_and_says_why(mixed8_run):
+    from mosearch.report.terminal import band_note, throughput_band
+
+    dense = load_run(mixed8_run).all_plans[0]
+    assert dense.predicted["moe_layers"] == 0 and "mixture of experts" not in band_note(dense)
+    moe = dense.model_copy(update={"predicted": dense.predicted | {"moe_layers": 48.0}})
+    (dlo, dhi), (mlo, mhi) = throughput_band(dense), throughput_band(moe)
+    assert mlo < dlo and mhi == pytest.approx(dhi)
+    note = band_note(moe)
+    assert "mixture of experts" in note and "results/bench/moe_validation.md" in note

@@ -115,6 +115,25 @@ def test_bands_and_ties():
 
 
 
+def test_a_mixture_of_experts_band_adds_the_published_moe_training_error():
+    from mosearch.bench.moe_validation import load_rows, log_residuals
+
+    lo_m, hi_m, n = F.moe_training_band()
+    # the stored percentiles are of the MoE validation rows as the model predicts them now (a refit writes them)
+    res = log_residuals()
+    assert n == len(res) == len(load_rows())
+    assert (lo_m, hi_m) == pytest.approx((np.percentile(res, 10), np.percentile(res, 90)), rel=1e-6, abs=1e-9)
+    lo, hi = F.plan_band("verl", ["H100"])
+    assert F.plan_band("verl", ["H100"], moe_train_share=0.0) == pytest.approx((lo, hi))
+    # a step that is all training errs as the training does; a share of it by -log(1 + share (exp(-r) - 1))
+    assert F.plan_band("verl", ["H100"], moe_train_share=1.0)[0] == pytest.approx(lo + min(lo_m, 0.0))
+    half = F.plan_band("verl", ["H100"], moe_train_share=0.5)
+    assert lo_m < 0 and half[0] == pytest.approx(lo - np.log1p(0.5 * np.expm1(-lo_m)))
+    assert lo + min(lo_m, 0.0) <= half[0] <= lo
+    # the published MoE iterations were all predicted too fast: the band never narrows above
+    assert half[1] >= hi
+
+
 def test_ties_are_judged_by_the_published_pairs_error(monkeypatch):
     bands = F.load()["bands"]
     for key, (a, b) in {"same_hardware": (("verl", ["H100"]), ("verl", ["H200"])),  # both Hopper

@@ -134,6 +134,9 @@ def evaluate(ctx: ModelContext, f: dict[str, np.ndarray]) -> dict[str, np.ndarra
         "kv_tokens_min": ro["kv_tokens_min"],
         "kv_shortfall": kv_short,
         "cross_region_gb_step": (sync_cross + tr["dp_cross_region_bytes"]) * gb,
+        # the model's mixture-of-experts layers (0: dense): a MoE plan's band adds the MoE training error
+        # (model/fitted.py moe_step_residuals)
+        "moe_layers": np.full(len(step), float(ctx.moe_layers if ctx.moe else 0)),
     }
 
 

@@ -127,11 +127,37 @@ def throughput_band(thr, family: str, generations) -> tuple[np.ndarray, np.ndarr
     return thr * np.exp(lo), thr * np.exp(hi)
 
 
-def plan_band(executor: str | None, gpu_names) -> tuple[float, float]:
+def plan_band(executor: str | None, gpu_names, moe_train_share: float | None = None) -> tuple[float, float]:
     """(lo, hi) log residuals for a plan of `executor` on GPU types `gpu_names` (catalog names or a cluster's
-    own types: an unknown type takes the band of all rows)."""
+    own types: an unknown type takes the band of all rows). A mixture of experts' plan (`moe_train_share`: its
+    training time over its step) widens it by `moe_step_residuals`."""
     family, gens = _family_and_generations(executor, gpu_names)
-    return band(family, gens or [None])
+    lo, hi = band(family, gens or [None])
+    if moe_train_share is not None:
+        mlo, mhi = moe_step_residuals(moe_train_share)
+        lo, hi = lo + min(mlo, 0.0), hi + max(mhi, 0.0)
+    return lo, hi
+
+
+def moe_training_band() -> tuple[float, float, int] | None:
+    """[q10, q90, n] of the log residuals (predicted / measured iteration) of the published MoE training
+    iterations (mosearch/bench/moe_validation.py, never fitted), or None before a refit has stored them."""
+    b = load().get("bands", {}).get("moe_training")
+    return (float(b[0]), float(b[1]), int(b[2])) if b else None
+
+
+def moe_step_residuals(train_share: float) -> tuple[float, float]:
+    """(lo, hi) log residuals of a MoE plan's step if its training part erred as the published MoE training
+    iterations do (`moe_training_band`): the dense RL steps' band holds no MoE row, and no MoE RL step was found
+    published outside the held-out sources. A training residual r (predicted / measured) makes the measured
+    training time train x exp(-r), the step step + train (exp(-r) - 1) if training adds to it (colocated; an
+    asynchronous step hides part of it, so this is the wider case): the step's residual is
+    -log(1 + share (exp(-r) - 1)), share = train / step."""
+    b = moe_training_band()
+    if b is None:
+        return 0.0, 0.0
+    share = float(np.clip(train_share, 0.0, 1.0))
+    return tuple(float(-np.log1p(share * np.expm1(-r))) for r in b[:2])
 
 
 def _family_and_generations(executor: str | None, gpu_names) -> tuple[str, list]:
