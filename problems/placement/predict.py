@@ -345,7 +345,8 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
         "tight": bool(mem["allocated"] <= mem["capacity"] < mem["reserved"]),
         "assumptions": _assumptions(ctx, cluster, job.precision, job.attention,
                                     params_sharded_by(job.sharding, job.dp)) + _sdpa_notes(ctx, job.micro_batch)
-                       + _interleave_notes(job.interleave, stages),
+                       + _interleave_notes(job.interleave, stages)
+                       + _pipelined_fsdp_notes(params_sharded_by(job.sharding, job.dp), job.pp),
     }
 
 
@@ -421,6 +422,16 @@ def _sdpa_notes(ctx, micro_batch: int) -> list[str]:
         return ["attention: padded micro-batches, so the mask goes to SDPA: k and v kept with every query head and "
                 "each layer's copy of the mask (one row of the padded length per token)"]
     return []
+
+
+def _pipelined_fsdp_notes(params_sharded: bool, pp: int) -> list[str]:
+    """One line where ZeRO-3 / FSDP runs in pipeline stages (model/memory.py pipelined_unsharded)."""
+    if not (params_sharded and pp > 1):
+        return []
+    return ["ZeRO-3 / FSDP in pipeline stages (torch.distributed.pipelining): the stage's weights and its gradients "
+            "(fp32 under mixed precision) stay unsharded from a layer's first backward to the step's end, counted in "
+            "gathered_weights; its reduce-scatter runs once per step, which the time still charges per micro-batch "
+            "(an over-estimate of the DP sync)"]
 
 
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_sharded: bool) -> list[str]:

@@ -479,3 +479,7 @@ def test_pipeline_stages_keep_fsdp_weights_and_gradients_unsharded(precision, pe
     assert flat["gathered_weights"] * 1e9 == pytest.approx(2 * whole / 5 * w * 3 / 4, rel=1e-9)
     # ZeRO-1 shards no weights: nothing gathered, pipelined or not
     assert predict_training(job(pp=2, **(kw | {"sharding": "zero1"})))["memory_gb"]["gathered_weights"] == 0.0
+    # and the prediction says so where it applies
+    said = lambda **k: any("pipeline stages (torch.distributed.pipelining)" in a  # noqa: E731
+                           for a in predict_training(job(**(kw | k)))["assumptions"])
+    assert said(pp=2) and not said() and not said(pp=2, sharding="zero1")
