@@ -115,6 +115,10 @@ def main(argv=None) -> int:
         r["err"] = r["pred_s"] / float(r["measured_s"]) - 1
         r["loso"] = fit["held"][r["id"]] / float(r["measured_s"]) - 1
     tm = training_and_memory()
+    from mosearch.bench import moe_validation
+
+    moe = moe_validation.evaluate(moe_validation.load_rows())
+    moe_refused = [x["row"]["id"] for x in moe if not x["pred"]["fits"]]
 
     val = rl_fit.validation_rows(steps)
     train_ids = {r["id"] for r in rl_fit.training_rows(steps)}
@@ -155,9 +159,10 @@ def main(argv=None) -> int:
            (f"published configurations that ran, refused as out of memory: RL steps "
             f"{sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps)} of {len(steps)}, "
             f"training iterations {len(tm['refused'])} of {tm['rows']} ({', '.join(tm['refused']) or 'none'}; "
-            f"{len(tm['tight'])} more fit allocated but not by the reserved estimate)",
-            (sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps) + len(tm['refused']))
-            / (len(steps) + tm["rows"]), 0.0)]
+            f"{len(tm['tight'])} more fit allocated but not by the reserved estimate), mixtures of experts' training "
+            f"iterations {len(moe_refused)} of {len(moe)} ({', '.join(moe_refused) or 'none'}: moe_validation)",
+            (sum(r['pred']['peak_mem_frac'] > 1 or r['pred']['kv_shortfall'] > 0 for r in steps) + len(tm['refused'])
+             + len(moe_refused)) / (len(steps) + tm["rows"] + len(moe)), 0.0)]
     trainer = trainer_on_gpu()
     if trainer:
         n = len(trainer["step"])
