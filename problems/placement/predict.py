@@ -282,8 +282,8 @@ def _memory(ctx, f, tr) -> dict[str, float]:
     m = train_memory(ctx, f, np.maximum(tr["dp"], 1), tr["micro_batches"])
     j = int(np.argmax(m["reserved"][0] / ctx.mem))  # the GPU type closest to running out
     gb = {k: float(np.broadcast_to(v[0], ctx.mem.shape)[j]) * 1e-9 for k, v in m.items()}
-    parts = ("weights", "gradients", "optimizer", "activations", "gathered_weights", "weight_casts",
-             "optimizer_step_temporaries")
+    parts = ("weights", "gradients", "optimizer", "activations", "gathered_weights", "unsharded_gradients",
+             "weight_casts", "optimizer_step_temporaries")
     return {**{k: gb[k] for k in parts}, **({"reference": gb["reference"]} if ctx.has_reference else {}),
             "runtime": float(ctx.eff["runtime_gb"][j]), "allocator_waste": gb["reserved"] - gb["allocated"],
             "allocated": gb["allocated"], "reserved": gb["reserved"], "capacity": float(ctx.mem[j]) * 1e-9}
@@ -429,8 +429,8 @@ def _pipelined_fsdp_notes(params_sharded: bool, pp: int) -> list[str]:
     if not (params_sharded and pp > 1):
         return []
     return ["ZeRO-3 / FSDP in pipeline stages (torch.distributed.pipelining): the stage's weights and its gradients "
-            "(fp32 under mixed precision) stay unsharded from a layer's first backward to the step's end, counted in "
-            "gathered_weights; its reduce-scatter runs once per step, which the time still charges per micro-batch "
+            "(fp32 under mixed precision) stay unsharded from a layer's first backward to the step's end "
+            "(gathered_weights, unsharded_gradients); its reduce-scatter runs once per step, which the time still charges per micro-batch "
             "(an over-estimate of the DP sync)"]
 
 

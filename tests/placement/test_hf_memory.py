@@ -119,12 +119,12 @@ def test_the_memory_breakdown_adds_up_to_its_peak():
     larger of the dynamic memory and the optimizer step's temporaries, and the runtime make the allocated
     peak; the allocator's waste the rest of the reserved one."""
     for extra in ({}, {"amp_autocast": True}, {"recompute": True, "sharding": "zero3", "dp": 8},
-                  {"recompute": "selective_op", "sharding": "zero2", "dp": 4}):
+                  {"recompute": "selective_op", "sharding": "zero2", "dp": 4}, {"sharding": "fsdp", "dp": 4, "pp": 2}):
         job = TrainingJob(model="qwen2.5-1.5b", gpu="H200", seq_len=2048, global_batch=16, micro_batch=2,
                           elementwise_kernels="eager", **extra)
         m = predict_training(job)["memory_gb"]
         states = m["weights"] + m["gradients"] + m["optimizer"]
-        dynamic = m["activations"] + m["gathered_weights"] + m["weight_casts"]
+        dynamic = m["activations"] + m["gathered_weights"] + m["unsharded_gradients"] + m["weight_casts"]
         assert m["allocated"] == pytest.approx(states + max(dynamic, m["optimizer_step_temporaries"]) + m["runtime"],
                                                rel=1e-9)
         assert m["reserved"] == pytest.approx(m["allocated"] + m["allocator_waste"], rel=1e-9)

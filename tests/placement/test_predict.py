@@ -458,11 +458,11 @@ def test_a_job_whose_allocated_peak_fits_is_not_refused_for_the_allocators_assum
     assert roomy["fits"] and not roomy["tight"]
 
 
-@pytest.mark.parametrize("precision, per_param", [
-    ("fp32", 4 + 4),  # fp32 weights, fp32 gradients
-    ("bf16", 2 + 4),  # bf16 weights; FSDP2 upcasts an accumulated unsharded gradient to its fp32 reduce dtype
+@pytest.mark.parametrize("precision, w, g", [
+    ("fp32", 4, 4),  # fp32 weights, fp32 gradients
+    ("bf16", 2, 4),  # bf16 weights; FSDP2 upcasts an accumulated unsharded gradient to its fp32 reduce dtype
 ])
-def test_pipeline_stages_keep_fsdp_weights_and_gradients_unsharded(precision, per_param):
+def test_pipeline_stages_keep_fsdp_weights_and_gradients_unsharded(precision, w, g):
     """Under torch.distributed.pipelining a stage's FSDP units stay gathered from their first backward to the
     step's end and their gradients accumulate unsharded (`memory.pipelined_unsharded`): the whole stage's
     weights and gradients beyond the rank's shard, where without pipeline stages two units are gathered."""
@@ -471,14 +471,16 @@ def test_pipeline_stages_keep_fsdp_weights_and_gradients_unsharded(precision, pe
     stage = 2 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) + 100 * 64 + 64
     kw = dict(model={"layers": 4}, precision=precision, dp=4, global_batch=16, micro_batch=1, sharding="fsdp")
     got = predict_training(job(pp=2, **kw))["memory_gb"]
-    assert got["gathered_weights"] * 1e9 == pytest.approx(stage * per_param * 3 / 4, rel=1e-9)
+    assert got["gathered_weights"] * 1e9 == pytest.approx(stage * w * 3 / 4, rel=1e-9)
+    assert got["unsharded_gradients"] * 1e9 == pytest.approx(stage * g * 3 / 4, rel=1e-9)
     # without pipeline stages: the unit computing and the one prefetched, weights only (5 units: 4 layers + root)
     flat = predict_training(job(**kw))["memory_gb"]
     whole = 4 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64) + 100 * 64 + 64  # tied embeddings: one matrix
-    w = 4 if precision == "fp32" else 2
     assert flat["gathered_weights"] * 1e9 == pytest.approx(2 * whole / 5 * w * 3 / 4, rel=1e-9)
+    assert flat["unsharded_gradients"] == 0.0
     # ZeRO-1 shards no weights: nothing gathered, pipelined or not
-    assert predict_training(job(pp=2, **(kw | {"sharding": "zero1"})))["memory_gb"]["gathered_weights"] == 0.0
+    z1 = predict_training(job(pp=2, **(kw | {"sharding": "zero1"})))["memory_gb"]
+    assert z1["gathered_weights"] == z1["unsharded_gradients"] == 0.0
     # and the prediction says so where it applies
     said = lambda **k: any("pipeline stages (torch.distributed.pipelining)" in a  # noqa: E731
                            for a in predict_training(job(**(kw | k)))["assumptions"])

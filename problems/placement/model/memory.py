@@ -331,21 +331,31 @@ def gathered_bytes(ctx: ModelContext, tp, pp, dp, sharding, ep=None) -> np.ndarr
     """ZeRO-3 / FSDP weights gathered on a GPU at once, beyond its shard: the unit computing and the one
     prefetched (each decoder layer a unit), or the whole stage where units stay unsharded (kept after forward,
     `reshard_after_forward=False`, or a pipeline stage's: `pipelined_unsharded`). Under autocast the trainer's
-    FSDP gathers its fp32 master weights (no MixedPrecisionPolicy: `trainer/parallel.py` shard); plus, in a
-    pipeline, the stage's gradients held unsharded."""
+    FSDP gathers its fp32 master weights (no MixedPrecisionPolicy: `trainer/parallel.py` shard)."""
     w, _, _ = state_bytes_per_param(ctx.bpe)
     w = 4.0 if ctx.amp_autocast else w
     stage = params_per_gpu(ctx, tp, pp, ep)
     layers = np.ceil(ctx.layers / pp) if ctx.stage_layers is None else float(ctx.stage_layers.max())
     unit = stage / (layers + 1.0)
+    held = np.where(pipelined_unsharded(pp) | (not ctx.reshard_after_forward), stage, np.minimum(2.0 * unit, stage))
+    return _beyond_shard(ctx, held * w, dp, sharding)
+
+
+def unsharded_gradient_bytes(ctx: ModelContext, tp, pp, dp, sharding, ep=None) -> np.ndarray:
+    """ZeRO-3 / FSDP gradients a pipeline stage holds unsharded beyond its shard (`pipelined_unsharded`): the
+    whole stage's, in fp32 under mixed precision (FSDP2 upcasts an accumulated unsharded gradient to its reduce
+    dtype: FSDPParam.to_accumulated_grad_if_needed; torchtitan reduces in fp32), 2 bytes with bf16 states."""
+    stage = params_per_gpu(ctx, tp, pp, ep)
+    grads = np.where(pipelined_unsharded(pp), stage * (2.0 if ctx.bf16_states else 4.0), 0.0)
+    return _beyond_shard(ctx, grads, dp, sharding)
+
+
+def _beyond_shard(ctx: ModelContext, full_bytes, dp, sharding) -> np.ndarray:
+    """What parameter sharding over `dp` ranks holds beyond the rank's shard of `full_bytes`, per trained model
+    (the actor, + the critic for PPO); nothing without parameter sharding or with one replica."""
     dpf = np.maximum(dp, 1).astype(float)
-    piped = pipelined_unsharded(pp)
-    held = np.where(piped | (not ctx.reshard_after_forward), stage, np.minimum(2.0 * unit, stage))
-    # fp32 under mixed precision (FSDP2 upcasts an accumulated unsharded gradient to its reduce dtype:
-    # FSDPParam.to_accumulated_grad_if_needed; torchtitan reduces in fp32), the weights' dtype in pure bf16
-    grads = np.where(piped, stage * (2.0 if ctx.bf16_states else 4.0), 0.0)
     copies = 1.0 + ctx.has_critic
-    return np.where(params_sharded(sharding) & (dpf > 1), (held * w + grads) * (dpf - 1) / dpf * copies, 0.0)
+    return np.where(params_sharded(sharding) & (dpf > 1), full_bytes * (dpf - 1) / dpf * copies, 0.0)
 
 
 def pipelined_unsharded(pp) -> np.ndarray:
@@ -364,7 +374,8 @@ def pipelined_unsharded(pp) -> np.ndarray:
 def train_memory(ctx: ModelContext, f: dict[str, np.ndarray], dp, n_micro) -> dict[str, np.ndarray]:
     """A training GPU's memory at its peak, bytes, for plans `f` trained over `dp` replicas with `n_micro`
     micro-batches (N, P) per rank: the model states by kind ((N,), `model_state_parts`), the activations
-    (N, P), the weights ZeRO-3 / FSDP gather (N, 1), autocast's weight casts and the optimizer step's
+    (N, P), the weights ZeRO-3 / FSDP gather and the gradients a pipeline stage holds unsharded (N, 1), autocast's
+    weight casts and the optimizer step's
     temporaries (`hf_step_extras`, (N, 1)), and the peak allocated and reserved (N, P). Selective
     checkpointing recomputes as full recomputation does, so it fragments the allocator the same way."""
     tp, pp, sh, off, ep = f["tp"], f["pp"], f["sharding"], f["optimizer_offload"], f.get("ep")
@@ -374,10 +385,12 @@ def train_memory(ctx: ModelContext, f: dict[str, np.ndarray], dp, n_micro) -> di
         mb = np.full(mb.shape, max(ctx.micro_batch_tokens / (ctx.prompt_len + ctx.resp_mean), 1.0))
     acts = activation_bytes(ctx, tp[:, None], pp[:, None], mb, f["recompute"][:, None], n_micro)
     gathered = gathered_bytes(ctx, tp, pp, dp, sh, ep)[:, None]
+    grads = unsharded_gradient_bytes(ctx, tp, pp, dp, sh, ep)[:, None]
     casts, step = (np.reshape(x, (-1, 1)) for x in hf_step_extras(ctx, tp, pp, dp, sh, off, f["recompute"], ep))
     rec = (np.asarray(f["recompute"]).astype(bool) | ctx.selective_op)[:, None]
-    allocated, reserved = train_peak_bytes(sum(parts.values())[:, None], acts, ctx, rec, gathered, (casts, step))
-    return dict(parts, activations=acts, gathered_weights=gathered, weight_casts=casts,
+    allocated, reserved = train_peak_bytes(sum(parts.values())[:, None], acts, ctx, rec, gathered + grads,
+                                           (casts, step))
+    return dict(parts, activations=acts, gathered_weights=gathered, unsharded_gradients=grads, weight_casts=casts,
                 optimizer_step_temporaries=step, allocated=allocated, reserved=reserved)
 
 
