@@ -322,6 +322,7 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
     full = job.recompute is True
     model_flops = float(tr["train_flops"][0] - tr["selective_recompute_flops"][0]) / (1.0 + full / 3.0)
     peak = np.average([p.gpu.peak(job.precision) for p in cluster.pools], weights=[p.count for p in cluster.pools])
+    sharded = params_sharded_by(job.sharding, job.dp)
     parts = {k: float(tr[k][0]) for k in ("train_compute_s", "pipeline_bubble_s", "tp_comm_s", "pp_comm_s",
                                           *(("ep_comm_s",) if ctx.moe else ()), "dp_sync_s", "optimizer_s")}
     stages = [int(x) for x in (ctx.stage_layers if ctx.stage_layers is not None else _even_layers(ctx.layers, job.pp))]
@@ -343,10 +344,9 @@ def predict_training(job: TrainingJob, where: str | None = None) -> dict:
         "memory_gb": (mem := _memory(ctx, f, tr)),
         "fits": bool(mem["allocated"] <= mem["capacity"]),
         "tight": bool(mem["allocated"] <= mem["capacity"] < mem["reserved"]),
-        "assumptions": _assumptions(ctx, cluster, job.precision, job.attention,
-                                    params_sharded_by(job.sharding, job.dp)) + _sdpa_notes(ctx, job.micro_batch)
-                       + _interleave_notes(job.interleave, stages)
-                       + _pipelined_fsdp_notes(params_sharded_by(job.sharding, job.dp), job.pp),
+        "assumptions": _assumptions(ctx, cluster, job.precision, job.attention, sharded)
+                       + _sdpa_notes(ctx, job.micro_batch) + _interleave_notes(job.interleave, stages)
+                       + _pipelined_fsdp_notes(sharded, job.pp),
     }
 
 
@@ -426,12 +426,14 @@ def _sdpa_notes(ctx, micro_batch: int) -> list[str]:
 
 def _pipelined_fsdp_notes(params_sharded: bool, pp: int) -> list[str]:
     """One line where ZeRO-3 / FSDP runs in pipeline stages (model/memory.py pipelined_unsharded)."""
-    if not (params_sharded and pp > 1):
+    from problems.placement.model.memory import pipelined_unsharded
+
+    if not (params_sharded and bool(pipelined_unsharded(pp))):
         return []
     return ["ZeRO-3 / FSDP in pipeline stages (torch.distributed.pipelining): the stage's weights and its gradients "
             "(fp32 under mixed precision) stay unsharded from a layer's first backward to the step's end "
-            "(gathered_weights, unsharded_gradients); its reduce-scatter runs once per step, which the time still charges per micro-batch "
-            "(an over-estimate of the DP sync)"]
+            "(gathered_weights, unsharded_gradients); its reduce-scatter runs once per step, which the time still "
+            "charges per micro-batch (an over-estimate of the DP sync)"]
 
 
 def _assumptions(ctx, cluster: Cluster, precision: str, attention: str, params_sharded: bool) -> list[str]:
